@@ -1,0 +1,35 @@
+"""Exceptions a person can act on. Every message says what went wrong and what to do next.
+
+The UI and CLI catch `ExplorerError` and show its message; anything else is a bug.
+"""
+
+
+class ExplorerError(Exception):
+    """Base class: an error whose message is meant for the person using the explorer."""
+
+
+class UnknownPresetError(ExplorerError, KeyError):
+    """A shape-only preset name that the explorer does not ship."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0] if self.args else ""
+
+
+class ConfigError(ExplorerError, ValueError):
+    """A model config that is missing, unreadable, or lacks fields the explorer needs."""
+
+
+class ModelLoadError(ExplorerError, RuntimeError):
+    """A model that cannot be loaded: not cached and hub unreachable, not a causal LM, too large."""
+
+
+class PromptError(ExplorerError, ValueError):
+    """A prompt the model cannot run: empty, or longer than the model's context window."""
+
+
+class SessionStateError(ExplorerError, RuntimeError):
+    """A step asked for in the wrong order: decode before prefill, or after generation ended."""
+
+
+class SamplingSettingsError(ExplorerError, ValueError):
+    """A sampling value out of its range (temperature <= 0, top-p outside (0, 1], ...)."""

@@ -1,0 +1,213 @@
+"""The contract between the runner and everything that shows a step: plain data, no torch.
+
+A `StepTrace` holds what one forward pass (the prefill, or one decode step) computed: every stop
+with its shapes and wall time, the KV cache after the step, the attention probabilities, the
+last-position logits and how the next token was chosen. It round-trips through JSON
+(`to_dict` / `from_dict`), so a trace can be saved, shared and drawn without the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+Shape = list[int]
+
+
+@dataclass
+class OpRecord:
+    """One stop of the forward pass.
+
+    Attributes:
+        name: canonical stop name, e.g. `embed`, `layers.3.attn.k_proj`, `lm_head` (see
+            `explorer.runner.architectures.stop_names`).
+        kind: operator kind: gather, norm, gemm, reshape, rope, cache_write, broadcast, batched_gemm,
+            softmax, elementwise, sample, tokenize, detokenize.
+        layer: decoder layer index, None outside the layers.
+        input_shapes: shapes of the inputs, e.g. [[1, 17, 576]].
+        output_shapes: shapes of the outputs (two for K and V where a stop produces both).
+        dtype: dtype of the output, e.g. "float32", "int64".
+        wall_ms: measured wall time in milliseconds; None for a stop that launches no kernel (a view).
+    """
+
+    name: str
+    kind: str
+    layer: int | None
+    input_shapes: list[Shape]
+    output_shapes: list[Shape]
+    dtype: str
+    wall_ms: float | None
+
+
+@dataclass
+class KVSnapshot:
+    """One layer's KV cache after a step.
+
+    Attributes:
+        layer: decoder layer index.
+        key_shape: [batch, n_kv_heads, n, head_dim].
+        value_shape: [batch, n_kv_heads, n, head_dim].
+        key_bytes: bytes held by the key tensor.
+        value_bytes: bytes held by the value tensor.
+    """
+
+    layer: int
+    key_shape: Shape
+    value_shape: Shape
+    key_bytes: int
+    value_bytes: int
+
+
+@dataclass
+class AttentionRecord:
+    """One layer's attention probabilities for this step's queries (batch row 0).
+
+    Attributes:
+        layer: decoder layer index.
+        shape: [n_heads, q_len, kv_len]: prefill [h_q, T, T], decode [h_q, 1, n].
+        probs: float32 array of `shape`, rows sum to 1, zero above the causal diagonal; None where it
+            was not kept within the step's memory budget (recompute it with
+            `InferenceSession.attention_probs`).
+    """
+
+    layer: int
+    shape: Shape
+    probs: np.ndarray | None = None
+
+
+@dataclass
+class SamplingStage:
+    """The logits after one stage of the sampling pipeline, over the full vocabulary.
+
+    Attributes:
+        name: "raw", "temperature", "top_k", "top_p" or "min_p".
+        logits: [vocab] float32; filtered-out tokens are -inf.
+    """
+
+    name: str
+    logits: np.ndarray
+
+    @property
+    def probs(self) -> np.ndarray:
+        """[vocab] float32 softmax of `logits`; 0 where filtered out."""
+        return softmax(self.logits)
+
+    @property
+    def kept(self) -> np.ndarray:
+        """[vocab] bool: tokens still allowed after this stage."""
+        return np.isfinite(self.logits)
+
+
+@dataclass
+class SamplingRecord:
+    """How the next token was chosen.
+
+    Attributes:
+        settings: the `SamplingSettings` as a dict.
+        stages: raw logits then each active filter, in the order `generate` applies them.
+        token_id: the chosen token id.
+        token_prob: its probability in the final stage's distribution (greedy: in the raw softmax).
+    """
+
+    settings: dict
+    stages: list[SamplingStage]
+    token_id: int
+    token_prob: float
+
+    @property
+    def final(self) -> SamplingStage:
+        """The distribution the token was drawn from."""
+        return self.stages[-1]
+
+
+@dataclass
+class StepTrace:
+    """Everything one forward pass computed.
+
+    Attributes:
+        stage: "prefill" or "decode".
+        step_index: 0 for the prefill, k for the k-th decode step.
+        input_ids: ids that entered this step (T of them).
+        input_pieces: their text pieces.
+        context_length: n, the cache length after this step.
+        ops: every stop for every layer, in execution order.
+        kv: each layer's KV cache after the step.
+        attention: each layer's attention record.
+        logits: [vocab] float32 last-position logits.
+        sampling: how the next token was chosen.
+        token_text: the text the chosen token adds (may be "" while a UTF-8 character is incomplete).
+        finished: True when the chosen token ends generation.
+        finish_reason: "eos", "max_new_tokens" or "".
+        wall_ms: wall time of the whole forward pass in milliseconds.
+        device: where it ran, e.g. "cpu", "cuda:0", "meta".
+        shape_only: True when run on the meta device (no values: logits, attention and sampling empty).
+    """
+
+    stage: str
+    step_index: int
+    input_ids: list[int]
+    input_pieces: list[str]
+    context_length: int
+    ops: list[OpRecord]
+    kv: list[KVSnapshot]
+    attention: list[AttentionRecord]
+    logits: np.ndarray | None
+    sampling: SamplingRecord | None
+    token_text: str = ""
+    finished: bool = False
+    finish_reason: str = ""
+    wall_ms: float = 0.0
+    device: str = "cpu"
+    shape_only: bool = False
+
+    def op(self, name: str) -> OpRecord:
+        """The stop called `name`. Raises KeyError if the step has no such stop."""
+        for record in self.ops:
+            if record.name == name:
+                return record
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        """A JSON-serialisable dict (numpy arrays become nested lists)."""
+        return _to_plain(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> StepTrace:
+        """The inverse of `to_dict`."""
+        data = dict(data)
+        data["ops"] = [OpRecord(**op) for op in data["ops"]]
+        data["kv"] = [KVSnapshot(**kv) for kv in data["kv"]]
+        data["attention"] = [
+            AttentionRecord(a["layer"], a["shape"], _array(a["probs"])) for a in data["attention"]
+        ]
+        data["logits"] = _array(data["logits"])
+        if data["sampling"] is not None:
+            s = data["sampling"]
+            stages = [SamplingStage(st["name"], _array(st["logits"])) for st in s["stages"]]
+            data["sampling"] = SamplingRecord(s["settings"], stages, s["token_id"], s["token_prob"])
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis in float32; -inf entries get probability 0."""
+    shifted = logits.astype(np.float32) - np.max(logits, axis=-1, keepdims=True)
+    exp = np.exp(shifted)
+    return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def _array(value) -> np.ndarray | None:
+    return None if value is None else np.asarray(value, dtype=np.float32)
+
+
+def _to_plain(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
