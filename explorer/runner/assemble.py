@@ -1,0 +1,137 @@
+"""Turning one pass's recorded events into the ordered stops of a `StepTrace`.
+
+Stops that are modules or steps of the attention function were timed directly. The rest are
+bounded by their neighbours: RoPE runs between the last projection (or QK-norm) and the cache
+write; a residual add between the end of its branch and the next norm; the MLP activation between
+the last up projection and the down projection (plus the activation module where it runs earlier).
+Splitting into heads is a view: it launches no kernel, so its wall time is None.
+"""
+
+from __future__ import annotations
+
+from explorer.runner.hooks import Event
+from explorer.stops import ArchFeatures
+from explorer.trace import OpRecord
+
+_PROJECTIONS = ("q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "qkv_proj")
+
+
+def assemble_ops(
+    table: list[tuple[str, str, int | None]],
+    events: dict[str, Event],
+    features: ArchFeatures,
+    extra: dict[str, OpRecord],
+) -> list[OpRecord]:
+    """The stops of `table`, in its order, each with shapes, dtype and wall time.
+
+    Args:
+        table: `explorer.stops.stop_table(...)` for this step.
+        events: the recorder's events, keyed by canonical name (and `layers.i.block|attn|mlp|mlp.act_fn`).
+        features: the model family's features.
+        extra: stops measured by the session itself (tokenize, sample, detokenize).
+
+    Raises:
+        RuntimeError: a stop of the table was not seen in the pass (a family the table misdescribes).
+    """
+    ops = []
+    for name, kind, layer in table:
+        if name in extra:
+            ops.append(extra[name])
+            continue
+        rel = name.split(".", 2)[2] if layer is not None else name
+        builder = _DERIVED.get(rel)
+        if builder is not None:
+            ops.append(builder(name, kind, layer, _LayerEvents(events, layer), features))
+        elif name in events:
+            ops.append(_from_event(name, kind, layer, events[name]))
+        else:
+            raise RuntimeError(f"stop {name} was not observed in the forward pass")
+    return ops
+
+
+class _LayerEvents:
+    """Events of one layer by relative name."""
+
+    def __init__(self, events: dict[str, Event], layer: int) -> None:
+        self.events, self.prefix = events, f"layers.{layer}."
+
+    def __getitem__(self, rel: str) -> Event:
+        return self.events[self.prefix + rel]
+
+    def get(self, rel: str) -> Event | None:
+        return self.events.get(self.prefix + rel)
+
+
+def _from_event(name: str, kind: str, layer: int | None, event: Event, **override) -> OpRecord:
+    fields = dict(inputs=event.inputs, outputs=event.outputs, wall_ms=(event.end - event.start) * 1e3)
+    fields |= override
+    return OpRecord(name, kind, layer, fields["inputs"], fields["outputs"], event.dtype, fields["wall_ms"])
+
+
+def _ms(start: float, end: float) -> float:
+    return max(end - start, 0.0) * 1e3
+
+
+def _projections(ev: _LayerEvents) -> list[Event]:
+    return [e for e in (ev.get(f"attn.{p}") for p in _PROJECTIONS) if e is not None]
+
+
+def _split_heads(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
+    inputs = [e.outputs[0] for e in _projections(ev) if not _is_norm(e, ev)]
+    write, scores = ev["attn.kv_cache_write"], ev["attn.scores"]
+    outputs = [scores.inputs[0], *write.inputs]
+    return OpRecord(name, kind, layer, inputs, outputs, scores.dtype, None)
+
+
+def _is_norm(event: Event, ev: _LayerEvents) -> bool:
+    return event is ev.get("attn.q_norm") or event is ev.get("attn.k_norm")
+
+
+def _rope(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
+    write, scores = ev["attn.kv_cache_write"], ev["attn.scores"]
+    last_end = max(e.end for e in _projections(ev))
+    shapes = [scores.inputs[0], write.inputs[0]]
+    return OpRecord(name, kind, layer, shapes, shapes, scores.dtype, _ms(last_end, write.start))
+
+
+def _merge_heads(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
+    return _from_event(name, kind, layer, ev["attn.merge_heads"], outputs=ev["attn.o_proj"].inputs)
+
+
+def _attn_residual(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
+    if features.sandwich_norms:
+        branch_end, next_start = ev["post_attn_norm"].end, ev["pre_mlp_norm"].start
+    else:
+        branch_end, next_start = ev["attn"].end, ev["post_attn_norm"].start
+    return _residual(name, kind, layer, ev["attn.o_proj"], _ms(branch_end, next_start))
+
+
+def _mlp_residual(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
+    branch = ev["post_mlp_norm"] if features.sandwich_norms else ev["mlp"]
+    return _residual(name, kind, layer, ev["mlp.down_proj"], _ms(branch.end, ev["block"].end))
+
+
+def _residual(name, kind, layer, branch_out: Event, wall_ms: float) -> OpRecord:
+    shape = branch_out.outputs[0]
+    return OpRecord(name, kind, layer, [shape, shape], [shape], branch_out.dtype, wall_ms)
+
+
+def _mlp_act(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
+    down = ev["mlp.down_proj"]
+    up = ev["mlp.gate_up_proj"] if features.fused_gate_up else ev["mlp.up_proj"]
+    wall_ms = _ms(up.end, down.start)
+    act_fn = ev.get("mlp.act_fn")
+    if act_fn is not None and act_fn.end <= up.end:  # Llama runs silu(gate) before the up projection
+        wall_ms += _ms(act_fn.start, act_fn.end)
+    shape = down.inputs[0]
+    return OpRecord(name, kind, layer, [shape, shape], [shape], down.dtype, wall_ms)
+
+
+_DERIVED = {
+    "attn.split_heads": _split_heads,
+    "attn.rope": _rope,
+    "attn.merge_heads": _merge_heads,
+    "attn_residual": _attn_residual,
+    "mlp_residual": _mlp_residual,
+    "mlp.act": _mlp_act,
+}

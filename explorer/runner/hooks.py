@@ -1,0 +1,214 @@
+"""Capturing one forward pass: module hooks, a cache-write probe and an instrumented eager attention.
+
+Everything is attached inside `tracing(...)` and removed in its `finally`, so a step never leaves
+the model changed, whatever it raises. The attention function is transformers' eager attention
+(`eager_attention_forward` in modeling_llama.py), step for step, with a clock between the steps; it
+is registered under its own name and switched on only for the duration of a traced step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+from transformers.models.llama.modeling_llama import repeat_kv
+
+from explorer.runner.architectures import decoder_layers, layer_modules, top_modules
+
+ATTN_IMPLEMENTATION = "explorer_eager"
+_ACTIVE: ContextVar[StepRecorder | None] = ContextVar("explorer_step_recorder", default=None)
+
+Shape = list[int]
+
+
+class StopForward(Exception):
+    """Raised inside the forward pass to end it once the layer being recomputed has been captured."""
+
+
+@dataclass
+class Event:
+    """One timed stop: wall-clock bounds in seconds (perf_counter) and tensor shapes."""
+
+    start: float
+    end: float = 0.0
+    inputs: list[Shape] = field(default_factory=list)
+    outputs: list[Shape] = field(default_factory=list)
+    dtype: str = ""
+
+
+class StepRecorder:
+    """Collects the events and attention probabilities of one forward pass.
+
+    Args:
+        sync: called before every clock reading (a device synchronise on CUDA), or None.
+        keep_attention: (layer, [h_q, q_len, kv_len]) -> whether to copy that layer's probabilities.
+        stop_after_layer: end the pass with `StopForward` once this layer's attention is captured.
+    """
+
+    def __init__(
+        self,
+        sync: Callable[[], None] | None = None,
+        keep_attention: Callable[[int, Shape], bool] = lambda layer, shape: True,
+        stop_after_layer: int | None = None,
+    ) -> None:
+        self.sync = sync
+        self.keep_attention = keep_attention
+        self.stop_after_layer = stop_after_layer
+        self.events: dict[str, Event] = {}
+        self.attention_shapes: dict[int, Shape] = {}
+        self.attention: dict[int, np.ndarray] = {}
+
+    def clock(self) -> float:
+        """Seconds from `time.perf_counter`, after the device has finished queued work."""
+        if self.sync is not None:
+            self.sync()
+        return time.perf_counter()
+
+    def begin(self, key: str, inputs: list[Shape]) -> None:
+        self.events[key] = Event(self.clock(), inputs=inputs)
+
+    def end(self, key: str, outputs: list[torch.Tensor]) -> None:
+        event = self.events[key]
+        event.end = self.clock()
+        event.outputs = [list(t.shape) for t in outputs]
+        event.dtype = _dtype(outputs[0]) if outputs else ""
+
+    def record(self, key: str, start: float, inputs: list, outputs: list[torch.Tensor]) -> float:
+        """Store a stop that ran from `start` until now; returns now (the next stop's start)."""
+        now = self.clock()
+        self.events[key] = Event(start, now, [list(s) for s in inputs], [list(t.shape) for t in outputs],
+                                 _dtype(outputs[0]))
+        return now
+
+    def capture_attention(self, layer: int, probs: torch.Tensor) -> None:
+        """Keep batch row 0 of `probs` [B, h_q, q_len, kv_len] as float32 numpy where allowed."""
+        shape = list(probs.shape[1:])
+        self.attention_shapes[layer] = shape
+        if probs.device.type != "meta" and self.keep_attention(layer, shape):
+            self.attention[layer] = probs[0].detach().to(torch.float32).cpu().numpy()
+        if layer == self.stop_after_layer:
+            raise StopForward
+
+
+def explorer_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    softcap: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager attention with each step timed and the probabilities captured.
+
+    Args:
+        query: [B, h_q, T, d_h] after RoPE.
+        key, value: [B, h_kv, n, d_h], the whole cache after this step's write.
+        attention_mask: additive float mask [B, 1, T, n] (0 or -inf), or None.
+        scaling: 1 / sqrt(d_h) for most families (Gemma 3: query_pre_attn_scalar ** -0.5).
+        softcap: Gemma-style logit soft-capping, None elsewhere.
+
+    Returns:
+        ([B, T, h_q, d_h] attention output, [B, h_q, T, n] probabilities), as eager attention returns.
+    """
+    rec = _ACTIVE.get()
+    prefix = f"layers.{module.layer_idx}.attn."
+    start = rec.clock()
+    key_states = repeat_kv(key, module.num_key_value_groups)  # [B, h_q, n, d_h]
+    value_states = repeat_kv(value, module.num_key_value_groups)
+    start = rec.record(prefix + "gqa_expand", start, [key.shape, value.shape], [key_states, value_states])
+    scores = torch.matmul(query, key_states.transpose(2, 3)) * scaling  # [B, h_q, T, n]
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, :, : key_states.shape[-2]]
+    start = rec.record(prefix + "scores", start, [query.shape, key_states.shape], [scores])
+    probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    start = rec.record(prefix + "softmax", start, [scores.shape], [probs])
+    output = torch.matmul(probs, value_states)  # [B, h_q, T, d_h]
+    start = rec.record(prefix + "weighted_sum", start, [probs.shape, value_states.shape], [output])
+    merged = output.transpose(1, 2).contiguous()  # [B, T, h_q, d_h]
+    rec.record(prefix + "merge_heads", start, [output.shape], [merged])
+    rec.capture_attention(module.layer_idx, probs)
+    return merged, probs
+
+
+AttentionInterface.register(ATTN_IMPLEMENTATION, explorer_attention)
+AttentionMaskInterface.register(ATTN_IMPLEMENTATION, eager_mask)
+
+
+@contextmanager
+def tracing(model: nn.Module, cache, recorder: StepRecorder, hook_modules: bool = True) -> Iterator[None]:
+    """Attach the recorder to `model` and `cache` for one forward pass; detach everything on exit.
+
+    Args:
+        model: a transformers causal LM of a family in `explorer.stops.FAMILIES`.
+        cache: the `DynamicCache` the pass writes to; its `update` is timed.
+        recorder: where events go.
+        hook_modules: False to capture attention only (recomputing one layer's probabilities).
+    """
+    handles: list = []
+    token = _ACTIVE.set(recorder)
+    previous = model.config._attn_implementation
+    try:
+        if hook_modules:
+            _hook_all(model, recorder, handles)
+            _probe_cache_writes(cache, recorder)
+        model.config._attn_implementation = ATTN_IMPLEMENTATION
+        yield
+    finally:
+        model.config._attn_implementation = previous
+        cache.__dict__.pop("update", None)
+        for handle in handles:
+            handle.remove()
+        _ACTIVE.reset(token)
+
+
+def _hook_all(model: nn.Module, recorder: StepRecorder, handles: list) -> None:
+    for name, module in top_modules(model).items():
+        _hook(module, name, recorder, handles)
+    for index, layer in enumerate(decoder_layers(model)):
+        for name, module in layer_modules(layer).items():
+            _hook(module, f"layers.{index}.{name}", recorder, handles)
+
+
+def _hook(module: nn.Module, key: str, recorder: StepRecorder, handles: list) -> None:
+    def before(_module, args, kwargs):
+        recorder.begin(key, [list(t.shape) for t in _tensors(args) or _tensors(kwargs.values())][:1])
+
+    def after(_module, args, kwargs, output):
+        recorder.end(key, _tensors(output if isinstance(output, tuple) else (output,))[:1])
+
+    handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
+    handles.append(module.register_forward_hook(after, with_kwargs=True))
+
+
+def _probe_cache_writes(cache, recorder: StepRecorder) -> None:
+    update = cache.update  # the bound method of the cache's class
+
+    def timed_update(key_states, value_states, layer_idx, *args, **kwargs):
+        start = recorder.clock()
+        keys, values = update(key_states, value_states, layer_idx, *args, **kwargs)
+        recorder.record(f"layers.{layer_idx}.attn.kv_cache_write", start,
+                        [key_states.shape, value_states.shape], [keys, values])
+        return keys, values
+
+    cache.update = timed_update
+
+
+def _tensors(values) -> list[torch.Tensor]:
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
+def _dtype(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")

@@ -1,0 +1,280 @@
+"""`InferenceSession`: one person's inference, the prefill then one decode step at a time.
+
+The loaded model is shared read-only; everything per person (token ids, the `DynamicCache`, the
+traces, the random generator) lives here. Model-running calls on one model are serialised by a
+per-model lock, and the hooks are attached for the duration of one call only.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import weakref
+
+import numpy as np
+import torch
+from transformers import DynamicCache
+
+from explorer.config import SamplingSettings
+from explorer.errors import PromptError, SessionStateError
+from explorer.runner.architectures import model_features
+from explorer.runner.assemble import assemble_ops
+from explorer.runner.hooks import StepRecorder, StopForward, tracing
+from explorer.runner.loading import LoadedModel
+from explorer.runner.sampling import sample_next_token
+from explorer.stops import stop_table
+from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, StepTrace
+
+# Attention probabilities kept per step (float32). Beyond it a layer keeps its shape only and
+# `attention_probs` recomputes it; 64 MiB keeps a session of a 2k prompt within DESIGN.md's 300 MB.
+DEFAULT_ATTENTION_BUDGET_BYTES = 64 * 2**20
+
+_MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model: torch.nn.Module) -> threading.Lock:
+    """The lock that serialises forward passes on `model` across sessions."""
+    with _LOCKS_GUARD:
+        return _MODEL_LOCKS.setdefault(model, threading.Lock())
+
+
+class InferenceSession:
+    """Prefill, then decode steps, each returning a `StepTrace`.
+
+    Args:
+        loaded: the model, its tokenizer (None in shape-only mode) and its EOS ids.
+        settings: sampling settings; `settings.seed` seeds this session's own generator.
+        attention_budget_bytes: attention probabilities kept per step, float32 bytes.
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        settings: SamplingSettings | None = None,
+        attention_budget_bytes: int = DEFAULT_ATTENTION_BUDGET_BYTES,
+    ) -> None:
+        self.loaded = loaded
+        self.settings = settings or SamplingSettings()
+        self.attention_budget_bytes = attention_budget_bytes
+        self.features = model_features(loaded.model)
+        self.traces: list[StepTrace] = []
+        self.ids: list[int] = []
+        self.generated: list[int] = []
+        self._generator = torch.Generator().manual_seed(self.settings.seed)
+        self._cache: DynamicCache | None = None
+        self._shown_text = ""
+
+    @property
+    def finished(self) -> bool:
+        """True once a step chose an EOS token, hit max_new_tokens, or filled the context."""
+        return bool(self.traces) and self.traces[-1].finished
+
+    @property
+    def text(self) -> str:
+        """The generated text so far, special tokens left out ("" in shape-only mode)."""
+        tokenizer = self.loaded.tokenizer
+        if tokenizer is None or self.loaded.shape_only:
+            return ""
+        return tokenizer.decode(self.generated, skip_special_tokens=True)
+
+    def set_settings(self, settings: SamplingSettings) -> None:
+        """Use new sampling settings from the next step on (the generator is not reseeded)."""
+        self.settings = settings
+
+    def prefill(
+        self,
+        prompt: str | None = None,
+        use_chat_template: bool = True,
+        system_prompt: str | None = None,
+        prompt_tokens: int | None = None,
+    ) -> StepTrace:
+        """Run the whole prompt through the model on a fresh cache and choose the first token.
+
+        Args:
+            prompt: the user's text; or None with `prompt_tokens` (shape-only mode without a tokenizer).
+            use_chat_template: wrap the prompt in the tokenizer's chat template (where it has one).
+            system_prompt: an optional system message for the chat template.
+            prompt_tokens: a prompt given as a token count T (ids are placeholders: shapes only).
+
+        Raises:
+            PromptError: empty prompt, no tokenizer for a text prompt, or longer than the context window.
+        """
+        start = time.perf_counter()
+        ids, text_length = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens)
+        tokenize = OpRecord("tokenize", "tokenize", None, [[text_length]], [[1, len(ids)]], "int64",
+                            (time.perf_counter() - start) * 1e3)
+        self._cache = DynamicCache(config=self.loaded.model.config)
+        self.ids, self.generated, self.traces, self._shown_text = list(ids), [], [], ""
+        return self._step("prefill", ids, {"tokenize": tokenize})
+
+    def decode_step(self) -> StepTrace:
+        """Feed the last chosen token through the model and choose the next one.
+
+        Raises:
+            SessionStateError: no prefill yet, or generation has already ended.
+        """
+        if not self.traces:
+            raise SessionStateError("Run the prefill first: a decode step continues a prompt.")
+        if self.finished:
+            reason = self.traces[-1].finish_reason
+            raise SessionStateError(
+                f"Generation has ended ({reason.replace('_', ' ')}). Run a new prefill to start again."
+            )
+        return self._step("decode", [self.generated[-1]], {})
+
+    def attention_probs(self, step_index: int, layer: int) -> np.ndarray:
+        """A layer's attention probabilities for a step, recomputed if the step did not keep them.
+
+        Recomputing runs the model over the step's whole context on a fresh cache and stops after
+        `layer`; causal masking makes the step's query rows the same as in the cached pass.
+
+        Returns:
+            [h_q, q_len, kv_len] float32, rows sum to 1 (prefill [h_q, T, T], decode [h_q, 1, n]).
+
+        Raises:
+            IndexError: no such step or layer.
+            SessionStateError: in shape-only mode (there are no values).
+        """
+        trace = self.traces[step_index]
+        record = trace.attention[layer]
+        if record.probs is not None:
+            return record.probs
+        if self.loaded.shape_only:
+            raise SessionStateError("Shape-only mode computes no attention values.")
+        recorder = StepRecorder(sync=self._sync(), stop_after_layer=layer)
+        cache = DynamicCache(config=self.loaded.model.config)
+        ids = torch.tensor([self.ids[: trace.context_length]], device=self.loaded.device)
+        model = self.loaded.model
+        with model_lock(model), torch.inference_mode(), tracing(model, cache, recorder, hook_modules=False):
+            try:
+                model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+            except StopForward:
+                pass
+        q_len = len(trace.input_ids)
+        return recorder.attention[layer][:, -q_len:, :]
+
+    def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> tuple[list[int], int]:
+        if prompt_tokens is not None:
+            if prompt_tokens < 1:
+                raise PromptError("A prompt needs at least one token.")
+            ids, text_length = [0] * prompt_tokens, 0
+        else:
+            ids, text_length = self._encode(prompt, use_chat_template, system_prompt), len(prompt or "")
+        limit = self.loaded.model.config.max_position_embeddings
+        if len(ids) >= limit:
+            raise PromptError(
+                f"The prompt is {len(ids)} tokens; this model's context window is {limit} tokens "
+                "and one more is needed for the first new token. Shorten the prompt."
+            )
+        return ids, text_length
+
+    def _encode(self, prompt: str | None, use_chat_template: bool, system_prompt: str | None) -> list[int]:
+        tokenizer = self.loaded.tokenizer
+        if tokenizer is None:
+            raise PromptError("This model has no tokenizer here: give the prompt as a token count.")
+        if not prompt or not prompt.strip():
+            raise PromptError("The prompt is empty: type some text to run through the model.")
+        if use_chat_template and tokenizer.chat_template:
+            messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+            messages.append({"role": "user", "content": prompt})
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            return tokenizer(text, add_special_tokens=False)["input_ids"]
+        return tokenizer(prompt)["input_ids"]
+
+    def _step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord]) -> StepTrace:
+        model = self.loaded.model
+        recorder = StepRecorder(sync=self._sync(), keep_attention=self._attention_keeper())
+        input_ids = torch.tensor([new_ids], device=self.loaded.device)
+        with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
+            start = time.perf_counter()
+            output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=1)
+            wall_ms = (time.perf_counter() - start) * 1e3
+        trace = self._trace(stage, new_ids, recorder, wall_ms)
+        self._choose(trace, output.logits[0, -1], extra)
+        trace.ops = assemble_ops(stop_table(self.features, len(trace.kv), stage), recorder.events,
+                                 self.features, extra)
+        self.traces.append(trace)
+        return trace
+
+    def _trace(self, stage: str, new_ids: list[int], recorder: StepRecorder, wall_ms: float) -> StepTrace:
+        kv = [
+            KVSnapshot(i, list(layer.keys.shape), list(layer.values.shape),
+                       layer.keys.numel() * layer.keys.element_size(),
+                       layer.values.numel() * layer.values.element_size())
+            for i, layer in enumerate(self._cache.layers)
+        ]
+        attention = [AttentionRecord(i, shape, recorder.attention.get(i))
+                     for i, shape in sorted(recorder.attention_shapes.items())]
+        return StepTrace(
+            stage=stage, step_index=len(self.traces), input_ids=list(new_ids),
+            input_pieces=self._pieces(new_ids), context_length=self._cache.get_seq_length(),
+            ops=[], kv=kv, attention=attention, logits=None, sampling=None, wall_ms=wall_ms,
+            device=str(self.loaded.device), shape_only=self.loaded.shape_only,
+        )
+
+    def _choose(self, trace: StepTrace, logits: torch.Tensor, extra: dict[str, OpRecord]) -> None:
+        """Sample (or, shape-only, take a placeholder id), detokenise, and decide whether generation ends."""
+        start = time.perf_counter()
+        vocab = int(logits.shape[-1])
+        if self.loaded.shape_only:
+            token_id = 0
+        else:
+            trace.logits = logits.detach().to(torch.float32).cpu().numpy()
+            ids = torch.tensor([self.ids], dtype=torch.long)
+            trace.sampling = sample_next_token(logits, ids, self.settings, self._generator)
+            token_id = trace.sampling.token_id
+        extra["sample"] = OpRecord("sample", "sample", None, [[1, vocab]], [[1]], "int64",
+                                   (time.perf_counter() - start) * 1e3)
+        start = time.perf_counter()
+        self.ids.append(token_id)
+        self.generated.append(token_id)
+        trace.token_text = self._detokenize()
+        extra["detokenize"] = OpRecord("detokenize", "detokenize", None, [[1]], [], "str",
+                                       (time.perf_counter() - start) * 1e3)
+        trace.finish_reason = self._finish_reason(token_id)
+        trace.finished = bool(trace.finish_reason)
+
+    def _finish_reason(self, token_id: int) -> str:
+        if not self.loaded.shape_only and token_id in self.loaded.eos_token_ids:
+            return "eos"
+        if len(self.generated) >= self.settings.max_new_tokens:
+            return "max_new_tokens"
+        if len(self.ids) >= self.loaded.model.config.max_position_embeddings:
+            return "context_full"
+        return ""
+
+    def _detokenize(self) -> str:
+        """The text the newest token adds; "" while it ends inside an incomplete UTF-8 character."""
+        tokenizer = self.loaded.tokenizer
+        if tokenizer is None or self.loaded.shape_only:
+            return ""
+        text = tokenizer.decode(self.generated, skip_special_tokens=False)
+        if text.endswith("\ufffd"):
+            return ""
+        delta, self._shown_text = text[len(self._shown_text):], text
+        return delta
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        tokenizer = self.loaded.tokenizer
+        if tokenizer is None or self.loaded.shape_only:
+            return [""] * len(ids)
+        return [tokenizer.decode([i]) for i in ids]
+
+    def _attention_keeper(self):
+        kept_bytes = 0
+
+        def keep(layer: int, shape: list[int]) -> bool:
+            nonlocal kept_bytes
+            size = math.prod(shape) * 4
+            if kept_bytes + size > self.attention_budget_bytes:
+                return False
+            kept_bytes += size
+            return True
+
+        return keep
+
+    def _sync(self):
+        device = torch.device(self.loaded.device)
+        return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None

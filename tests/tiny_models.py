@@ -1,0 +1,60 @@
+"""Tiny random models of each traced family, every dimension distinct, and a character tokenizer.
+
+Dimensions (odd on purpose, so a swapped axis fails a shape test): vocab 101, hidden 48, 6 query
+heads, 2 KV heads, head_dim 10 (not hidden / heads), 3 layers, intermediate 37, context 160.
+"""
+
+from __future__ import annotations
+
+import string
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
+
+from explorer.runner.loading import LoadedModel
+
+VOCAB = 101
+DIMS = dict(
+    vocab_size=VOCAB, hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=10,
+    num_hidden_layers=3, intermediate_size=37, max_position_embeddings=160,
+)
+FAMILY_EXTRAS = {
+    "llama": {},
+    "mistral": {"sliding_window": None},
+    "qwen2": {},
+    "qwen3": {},
+    "phi3": {"pad_token_id": 0},
+    "gemma3_text": {"query_pre_attn_scalar": 10, "sliding_window": 7, "layer_types": None},
+}
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def char_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per character: <unk>, <eos>, newline and the 95 printable ASCII characters (98 ids)."""
+    vocab = {tok: i for i, tok in enumerate(["<unk>", "<eos>", "\n", *string.printable[:95]])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<eos>")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_config(family: str, **overrides):
+    """A transformers config of `family` with the tiny dimensions above."""
+    return AutoConfig.for_model(family, **(DIMS | FAMILY_EXTRAS[family] | overrides))
+
+
+def tiny_model(family: str, seed: int = 0, **overrides) -> LoadedModel:
+    """A tiny random float32 model of `family` on the CPU with the character tokenizer."""
+    torch.manual_seed(seed)
+    config = tiny_config(family, **overrides)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    model.generation_config = GenerationConfig(eos_token_id=1, pad_token_id=0)
+    return LoadedModel(model=model, tokenizer=char_tokenizer(), name=f"tiny-{family}",
+                       description=f"tiny random {family}", shape_only=False, device="cpu",
+                       eos_token_ids=[1])
