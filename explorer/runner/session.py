@@ -20,6 +20,7 @@ from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.runner.architectures import model_features
 from explorer.runner.assemble import assemble_ops
+from explorer.runner.detokenize import IncrementalDetokenizer
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.loading import LoadedModel
 from explorer.runner.sampling import sample_next_token
@@ -64,7 +65,7 @@ class InferenceSession:
         self.generated: list[int] = []
         self._generator = torch.Generator().manual_seed(self.settings.seed)
         self._cache: DynamicCache | None = None
-        self._shown_text = ""
+        self._detokenizer: IncrementalDetokenizer | None = None
 
     @property
     def finished(self) -> bool:
@@ -74,10 +75,9 @@ class InferenceSession:
     @property
     def text(self) -> str:
         """The generated text so far, special tokens left out ("" in shape-only mode)."""
-        tokenizer = self.loaded.tokenizer
-        if tokenizer is None or self.loaded.shape_only:
+        if not self._has_text():
             return ""
-        return tokenizer.decode(self.generated, skip_special_tokens=True)
+        return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True)
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """Use new sampling settings from the next step on (the generator is not reseeded)."""
@@ -106,7 +106,8 @@ class InferenceSession:
         tokenize = OpRecord("tokenize", "tokenize", None, [[text_length]], [[1, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
         self._cache = DynamicCache(config=self.loaded.model.config)
-        self.ids, self.generated, self.traces, self._shown_text = list(ids), [], [], ""
+        self.ids, self.generated, self.traces = list(ids), [], []
+        self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
         return self._step("prefill", ids, {"tokenize": tokenize})
 
     def decode_step(self) -> StepTrace:
@@ -152,8 +153,8 @@ class InferenceSession:
                 model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
             except StopForward:
                 pass
-        q_len = len(trace.input_ids)
-        return recorder.attention[layer][:, -q_len:, :]
+        q_len, kv_len = record.shape[1:]  # a sliding-window layer sees only its last kv_len keys
+        return recorder.attention[layer][:, -q_len:, -kv_len:]
 
     def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> tuple[list[int], int]:
         if prompt_tokens is not None:
@@ -230,7 +231,7 @@ class InferenceSession:
         start = time.perf_counter()
         self.ids.append(token_id)
         self.generated.append(token_id)
-        trace.token_text = self._detokenize()
+        trace.token_text = self._detokenizer.push(token_id) if self._detokenizer else ""
         extra["detokenize"] = OpRecord("detokenize", "detokenize", None, [[1]], [], "str",
                                        (time.perf_counter() - start) * 1e3)
         trace.finish_reason = self._finish_reason(token_id)
@@ -245,22 +246,13 @@ class InferenceSession:
             return "context_full"
         return ""
 
-    def _detokenize(self) -> str:
-        """The text the newest token adds; "" while it ends inside an incomplete UTF-8 character."""
-        tokenizer = self.loaded.tokenizer
-        if tokenizer is None or self.loaded.shape_only:
-            return ""
-        text = tokenizer.decode(self.generated, skip_special_tokens=False)
-        if text.endswith("\ufffd"):
-            return ""
-        delta, self._shown_text = text[len(self._shown_text):], text
-        return delta
+    def _has_text(self) -> bool:
+        return self.loaded.tokenizer is not None and not self.loaded.shape_only
 
     def _pieces(self, ids: list[int]) -> list[str]:
-        tokenizer = self.loaded.tokenizer
-        if tokenizer is None or self.loaded.shape_only:
+        if not self._has_text():
             return [""] * len(ids)
-        return [tokenizer.decode([i]) for i in ids]
+        return [self.loaded.tokenizer.decode([i]) for i in ids]
 
     def _attention_keeper(self):
         kept_bytes = 0
