@@ -1,0 +1,335 @@
+"""Load the model the explorer traces: the embedded default, any HF causal LM, or a config on `meta`.
+
+Every failure a person can fix raises one of the project's exceptions with a message that says
+what to do; the checks (causal LM, supported family, fits in free memory) run on the config, before
+any weight is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, MODEL_FOR_CAUSAL_LM_MAPPING
+
+from explorer.config import PRESET_SOURCES, load_hf_config
+from explorer.errors import ConfigError, ModelLoadError
+from explorer.runner import embedded
+from explorer.runner.embedded import Progress, cache_dir, report
+from explorer.stops import features_for
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_MODEL", "LoadedModel", "cache_dir", "load", "load_model", "load_shape_only"]
+
+DEFAULT_MODEL = embedded.NAME
+# Judgement, not measured: room beyond the weights for activations, the KV cache and the
+# transient copies made while loading.
+MEMORY_HEADROOM = 1.25
+# The shape-only preset whose vocabulary is the embedded model's (SmolLM2-135M base and Instruct share it).
+SMOLLM2_PRESET = "smollm2-135m"
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to trace.
+
+    Attributes:
+        model: the transformers causal LM, in eval mode with gradients off.
+        tokenizer: its tokenizer; None in shape-only mode (a prompt is then a token count).
+        name: what was asked for: "smollm2-135m-instruct", a hub id, a folder, or a preset.
+        description: one line for the UI and CLI saying what the weights are.
+        shape_only: True when the model lives on `meta` and has no weights.
+        device: "cpu", "cuda:0", ... or "meta".
+        eos_token_ids: the ids that end generation, from the generation config and the tokenizer.
+    """
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase | None
+    name: str
+    description: str
+    shape_only: bool
+    device: str
+    eos_token_ids: list[int]
+
+
+def load(model: str | None = None, config: str | None = None, device: str = "cpu",
+         progress: Progress | None = None) -> LoadedModel:
+    """The CLI's entry: a model by name or path, or a config in shape-only mode (the default model if neither).
+
+    Args:
+        model: hub id, local folder, or "smollm2-135m-instruct".
+        config: preset name or path to a `config.json`, for shape-only mode (`device` is then ignored).
+        device: "cpu" or "cuda[:index]".
+        progress: receives a short message per loading phase.
+
+    Raises:
+        ConfigError: both `model` and `config` given, or see `load_model` / `load_shape_only`.
+        UnknownPresetError, ModelLoadError: see `load_model` / `load_shape_only`.
+    """
+    if model is not None and config is not None:
+        raise ConfigError("Give either a model (to run real weights) or a config (shape-only), not both.")
+    if config is not None:
+        return load_shape_only(config)
+    return load_model(model or DEFAULT_MODEL, device, progress)
+
+
+def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "cpu",
+               progress: Progress | None = None) -> LoadedModel:
+    """Load real weights: the embedded default, a hub id (from the local HF cache or the hub), or a folder.
+
+    Weights are float32 on the CPU and the config's dtype on CUDA; attention is transformers'
+    default (SDPA); `trust_remote_code` is never enabled.
+
+    Raises:
+        ConfigError: a folder without config.json, an unknown device, or a family the tracer lacks.
+        ModelLoadError: not cached and hub unreachable, not a causal LM, larger than free memory,
+            no weights in the folder, or the embedded GGUF missing.
+    """
+    target = _device(device)
+    if name_or_path == DEFAULT_MODEL:
+        folder = embedded.ensure_converted(progress)
+        return _from_pretrained(str(folder), DEFAULT_MODEL, embedded.DESCRIPTION, target, progress)
+    return _from_pretrained(_source(name_or_path), name_or_path, None, target, progress)
+
+
+def load_shape_only(preset_or_path: str) -> LoadedModel:
+    """Instantiate a config on the `meta` device: exact shapes, no weights, no memory.
+
+    Args:
+        preset_or_path: a shipped preset name (see `explorer.config.preset_names`) or a path to a
+            `config.json` or its folder.
+
+    Returns:
+        The model in the config's dtype on `meta`; tokenizer None, except for the smollm2-135m
+        preset once the embedded model is converted (same vocabulary).
+
+    Raises:
+        UnknownPresetError: neither a preset nor an existing path.
+        ConfigError: unreadable config, unknown `model_type`, or a family the tracer lacks.
+        ModelLoadError: not a causal LM.
+    """
+    config = _config_from_dict(load_hf_config(preset_or_path), preset_or_path)
+    _check_supported(config, preset_or_path)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=config.dtype or torch.float32)
+    model.eval().requires_grad_(False)
+    tokenizer = _smollm2_tokenizer() if preset_or_path == SMOLLM2_PRESET else None
+    description = (f"{preset_or_path}: shape-only {config.model_type}, {config.num_hidden_layers} layers, "
+                   f"{_parameter_count(model) / 1e9:.2f} B parameters, no weights (meta device)")
+    return LoadedModel(model, tokenizer, preset_or_path, description, True, "meta",
+                       _eos_token_ids(config.eos_token_id, tokenizer))
+
+
+def estimate_weight_bytes(config, dtype: torch.dtype) -> int:
+    """Bytes of the model's parameters in `dtype`, counted on `meta` (tied weights counted once)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return _parameter_count(model) * dtype.itemsize
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Memory available for new allocations on `device`, in bytes.
+
+    CPU: MemAvailable from /proc/meminfo (the kernel's estimate of memory usable without swapping,
+    see the kernel's Documentation/filesystems/proc.rst), else free physical pages from `os.sysconf`.
+    CUDA: the free bytes reported by `torch.cuda.mem_get_info`.
+    """
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    meminfo = Path("/proc/meminfo")
+    if meminfo.is_file():
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # the file gives kB
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _device(device: str) -> torch.device:
+    """Parse "cpu" / "cuda" / "cuda:N" (bare "cuda" becomes the current CUDA device).
+
+    Raises:
+        ConfigError: another device kind.
+        ModelLoadError: CUDA asked for but not available.
+    """
+    try:
+        target = torch.device(device)
+    except RuntimeError as exc:
+        raise ConfigError(f"Unknown device '{device}': use 'cpu' or 'cuda' (or 'cuda:1', ...).") from exc
+    if target.type == "cpu":
+        return target
+    if target.type != "cuda":
+        raise ConfigError(f"Device '{device}' is not supported: use 'cpu' or 'cuda'.")
+    if not torch.cuda.is_available():
+        raise ModelLoadError(f"Device '{device}' was asked for but CUDA is not available here: use --device cpu.")
+    return torch.device("cuda", torch.cuda.current_device() if target.index is None else target.index)
+
+
+def _source(name_or_path: str) -> str:
+    """A local folder (checked) or a hub id, as `from_pretrained` takes it.
+
+    Raises:
+        ConfigError: the path is a file, a folder without config.json, or a path that does not exist.
+        ModelLoadError: the name is a shape-only preset.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ConfigError(f"The folder {path} has no config.json. Point to a folder written by "
+                              "save_pretrained (config.json and *.safetensors), or pass a hub id.")
+        return str(path)
+    if path.is_file():
+        raise ConfigError(f"{path} is a file; pass the folder holding config.json and the weights, "
+                          "or use --config for a shape-only run from a config.json.")
+    if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        raise ConfigError(f"No folder {path}. Check the path, or pass a hub id such as Qwen/Qwen3-0.6B.")
+    if name_or_path in PRESET_SOURCES:
+        raise ModelLoadError(f"'{name_or_path}' is a shape-only preset: run it with --config {name_or_path}, "
+                             f"or load its weights with --model {PRESET_SOURCES[name_or_path]}.")
+    return name_or_path
+
+
+def _pretrained_config(source: str, name: str):
+    """The model's config, from the folder, the local HF cache or the hub; remote code never runs.
+
+    Raises:
+        ModelLoadError: not cached and the hub unreachable, or a config transformers cannot read.
+    """
+    try:
+        return AutoConfig.from_pretrained(source, trust_remote_code=False)
+    except OSError as exc:
+        raise ModelLoadError(
+            f"Cannot find '{name}': it is not a local folder, not in the Hugging Face cache, and the hub "
+            f"could not be reached or has no such model ({_first_line(exc)}). Download it where there is "
+            f"network (`hf download {name}`), pass a local folder, or run shape-only with --config."
+        ) from exc
+    except (ValueError, KeyError) as exc:
+        raise ModelLoadError(
+            f"transformers cannot read the config of '{name}' without running its own code "
+            f"({_first_line(exc)}); remote code is never run. Pick a model transformers supports natively."
+        ) from exc
+
+
+def _config_from_dict(fields: dict, name: str):
+    """A transformers config from raw `config.json` fields.
+
+    Raises:
+        ConfigError: no `model_type`, or one this transformers does not know.
+    """
+    fields = dict(fields)
+    model_type = fields.pop("model_type", None)
+    if not model_type:
+        raise ConfigError(f"The config of '{name}' has no model_type; add it (e.g. \"llama\").")
+    try:
+        return AutoConfig.for_model(model_type, **fields)
+    except (ValueError, KeyError) as exc:
+        raise ConfigError(f"transformers does not know model_type '{model_type}' of '{name}' "
+                          f"({_first_line(exc)}). Use a supported family.") from exc
+
+
+def _check_supported(config, name: str) -> None:
+    """Check that `config` describes a causal LM of a family the tracer supports.
+
+    Raises:
+        ModelLoadError: not a causal LM (no causal-LM class, or only non-causal architectures listed).
+        ConfigError: a causal LM of a family the tracer does not support.
+    """
+    architectures = getattr(config, "architectures", None) or []
+    causal = type(config) in MODEL_FOR_CAUSAL_LM_MAPPING and (
+        not architectures or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures))
+    if not causal:
+        raise ModelLoadError(
+            f"'{name}' is not a causal language model ({config.model_type}, {architectures or 'no causal-LM class'}): "
+            "the explorer traces next-token generation only. Pick a decoder-only model such as Qwen/Qwen3-0.6B."
+        )
+    features_for(config.model_type)
+
+
+def _check_fits(config, dtype: torch.dtype, device: torch.device, name: str) -> int:
+    """The weights' bytes, after checking they fit, with headroom, in `device`'s free memory.
+
+    Raises:
+        ModelLoadError: the estimate times `MEMORY_HEADROOM` exceeds the free memory.
+    """
+    weight_bytes = estimate_weight_bytes(config, dtype)
+    free_bytes = free_memory_bytes(device)
+    if weight_bytes * MEMORY_HEADROOM > free_bytes:
+        raise ModelLoadError(
+            f"'{name}' needs about {weight_bytes / 2**30:.1f} GiB for its {_dtype_name(dtype)} weights, plus room to run, "
+            f"but {device} has {free_bytes / 2**30:.1f} GiB free. Pick a smaller model, free memory, "
+            "or run shape-only with --config (no weights)."
+        )
+    return weight_bytes
+
+
+def _from_pretrained(source: str, name: str, description: str | None, device: torch.device,
+                     progress: Progress | None) -> LoadedModel:
+    """Check the config, then load weights and tokenizer from a folder or the hub.
+
+    Raises:
+        ConfigError, ModelLoadError: as `load_model`.
+    """
+    report(progress, f"Reading the config of {name}")
+    config = _pretrained_config(source, name)
+    _check_supported(config, name)
+    dtype = (config.dtype or torch.float32) if device.type == "cuda" else torch.float32
+    weight_bytes = _check_fits(config, dtype, device, name)
+    report(progress, f"Loading {weight_bytes / 2**20:.0f} MiB of {_dtype_name(dtype)} weights onto {device}")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            source, config=config, dtype=dtype, device_map=str(device), trust_remote_code=False)
+    except OSError as exc:
+        raise ModelLoadError(f"'{name}' has a config but its weights cannot be read ({_first_line(exc)}). "
+                             "Re-download it, or run shape-only with --config.") from exc
+    model.eval().requires_grad_(False)
+    report(progress, f"Loading the tokenizer of {name}")
+    tokenizer = _tokenizer_or_none(source)
+    if description is None:
+        description = (f"{name}: {config.model_type}, {_parameter_count(model) / 1e6:.0f} M parameters, "
+                       f"{_dtype_name(dtype)} on {device}")
+    eos_ids = _eos_token_ids(model.generation_config.eos_token_id, tokenizer)
+    return LoadedModel(model, tokenizer, name, description, False, str(device), eos_ids)
+
+
+def _tokenizer_or_none(source: str) -> PreTrainedTokenizerBase | None:
+    """The tokenizer saved with the model, or None when there is none (prompts are then token counts)."""
+    try:
+        return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    except (OSError, ValueError, TypeError) as exc:
+        logger.warning("No tokenizer for %s (%s); prompts will be token counts.", source, exc)
+        return None
+
+
+def _smollm2_tokenizer() -> PreTrainedTokenizerBase | None:
+    """The embedded model's tokenizer if already converted (never converts), else None."""
+    folder = embedded.converted_dir()
+    return AutoTokenizer.from_pretrained(folder) if embedded.is_converted(folder) else None
+
+
+def _eos_token_ids(eos_token_id: int | list[int] | None, tokenizer) -> list[int]:
+    """The generation config's EOS ids, then the tokenizer's, without repeats, in that order."""
+    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+    if tokenizer is not None and tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return list(dict.fromkeys(ids))
+
+
+def _parameter_count(model: torch.nn.Module) -> int:
+    """Number of parameter elements; a tied embedding / LM head matrix counts once."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
