@@ -1,0 +1,118 @@
+"""`python -m explorer trace PROMPT`: run one inference and print its journey, stop by stop."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from explorer.config import SamplingSettings
+from explorer.trace import OpRecord, StepTrace
+
+DEFAULT_STEPS = 3
+
+
+def register(subparsers) -> None:
+    """Add the `trace` command."""
+    parser = subparsers.add_parser(
+        "trace", help="trace the prefill and decode steps of one inference",
+        description="Run the prefill and a few decode steps, printing layer 0's stops with their shapes.",
+    )
+    parser.add_argument("prompt", nargs="?", help="the prompt (omit with --prompt-tokens in shape-only mode)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="decode steps after the prefill")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
+    source.add_argument("--config", help="shape-only: a preset name or a config.json path (no weights)")
+    parser.add_argument("--prompt-tokens", type=int, help="give the prompt as a token count (shape-only)")
+    parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
+    parser.add_argument("--system", help="system prompt for the chat template")
+    parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0, help="0 disables")
+    parser.add_argument("--top-p", type=float, default=1.0, help="1.0 disables")
+    parser.add_argument("--min-p", type=float, default=0.0, help="0.0 disables")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
+    parser.add_argument("--json", type=Path, help="write every step's whole trace to this file")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load, prefill, decode `args.steps` times, print the journey; returns the exit code."""
+    from explorer.runner.loading import load
+    from explorer.runner.session import InferenceSession
+
+    settings = SamplingSettings(
+        do_sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+        min_p=args.min_p, max_new_tokens=args.steps + 1, seed=args.seed,
+    )
+    loaded = load(model=args.model, config=args.config, device=args.device,
+                  progress=lambda message: print(message, file=sys.stderr))
+    print(f"model: {loaded.description}")
+    session = InferenceSession(loaded, settings)
+    traces = [session.prefill(args.prompt, use_chat_template=not args.no_chat_template,
+                              system_prompt=args.system, prompt_tokens=args.prompt_tokens)]
+    while len(traces) <= args.steps and not session.finished:
+        traces.append(session.decode_step())
+    print_journey(traces)
+    if args.json:
+        args.json.write_text(json.dumps([t.to_dict() for t in traces]))
+        print(f"\nwrote {len(traces)} step traces to {args.json}")
+    return 0
+
+
+def print_journey(traces: list[StepTrace]) -> None:
+    """Print the stop table, the layer-0 K cache per step, the chosen tokens and the text."""
+    prefill, decode = traces[0], traces[1] if len(traces) > 1 else None
+    print(f"\nprefill: {len(prefill.input_ids)} tokens in {prefill.wall_ms:.1f} ms")
+    print(_table(prefill, decode))
+    print("\nlayer 0 K cache:")
+    for trace in traces:
+        print(f"  after {_label(trace):<9} {_shape(trace.kv[0].key_shape):<18} {trace.kv[0].key_bytes:>10,} B")
+    print("\nchosen tokens:")
+    for trace in traces:
+        prob = f"p={trace.sampling.token_prob:.3f}" if trace.sampling else "(shape-only: no values)"
+        print(f"  {_label(trace):<9} {trace.token_text!r:<16} {prob}")
+    text = "".join(t.token_text for t in traces)
+    print(f"\ngenerated text: {text!r}" + ("" if not traces[-1].finished else f" [{traces[-1].finish_reason}]"))
+
+
+def _table(prefill: StepTrace, decode: StepTrace | None) -> str:
+    header = ["stop", "kind", "prefill in -> out", "ms", "decode in -> out", "ms"]
+    rows = [header]
+    for op in prefill.ops:
+        if op.layer not in (None, 0):
+            continue
+        other = _find(decode, op.name)
+        rows.append([op.name, op.kind, _flow(op), _ms(op), _flow(other) if other else "-",
+                     _ms(other) if other else "-"])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _find(trace: StepTrace | None, name: str) -> OpRecord | None:
+    if trace is None:
+        return None
+    try:
+        return trace.op(name)
+    except KeyError:
+        return None
+
+
+def _flow(op: OpRecord) -> str:
+    inputs = " ".join(_shape(s) for s in op.input_shapes) or "text"
+    outputs = " ".join(_shape(s) for s in op.output_shapes) or "text"
+    return f"{inputs} -> {outputs}"
+
+
+def _shape(shape: list[int]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _ms(op: OpRecord) -> str:
+    return "view" if op.wall_ms is None else f"{op.wall_ms:.2f}"
+
+
+def _label(trace: StepTrace) -> str:
+    return "prefill" if trace.stage == "prefill" else f"step {trace.step_index}"
