@@ -1,0 +1,141 @@
+"""A machine for the roofline: peak FLOP/s per format, memory bandwidth, memory size, and sources.
+
+`get_hardware(name_or_path)` returns a catalogue entry (`hardware_catalogue.CATALOGUE`), this machine
+(measured once by `explorer.analysis.probe`, then cached), or an entry a person wrote in a JSON file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from explorer.analysis.hardware_catalogue import CATALOGUE
+from explorer.analysis.precision import canonical_dtype
+from explorer.errors import ConfigError
+
+THIS_MACHINE = "this-machine"
+
+# A format the hardware has no units for runs at the rate of the next wider format it has
+# (weights are de-quantised on the fly, as W4A16 kernels do).
+_FALLBACK = {
+    "int4": ("int8", "fp8", "bf16", "fp16", "fp32"),
+    "int8": ("fp8", "bf16", "fp16", "fp32"),
+    "fp8": ("bf16", "fp16", "fp32"),
+    "bf16": ("fp16", "fp32"),
+    "fp16": ("bf16", "fp32"),
+    "fp32": (),
+}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Peak rates of one machine.
+
+    Attributes:
+        key: catalogue key, "this-machine", or the file it came from.
+        name: human-readable name.
+        memory_bytes: memory capacity in bytes.
+        memory_bandwidth_bytes_per_s: peak memory bandwidth, bytes/s.
+        dense_flops_per_s: format -> peak dense FLOP/s.
+        sparse_flops_per_s: format -> peak FLOP/s with 2:4 structured sparsity (empty if none).
+        sources: field (e.g. "dense_flops_per_s.bf16") -> where the number comes from.
+    """
+
+    key: str
+    name: str
+    memory_bytes: float
+    memory_bandwidth_bytes_per_s: float
+    dense_flops_per_s: dict[str, float]
+    sparse_flops_per_s: dict[str, float] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def peak_flops_per_s(self, dtype: str, sparse: bool = False) -> tuple[float, str]:
+        """(peak FLOP/s, the format whose rate it is) for matmuls computed in `dtype`.
+
+        Raises:
+            ConfigError: the machine lists no rate for `dtype` nor any wider format.
+        """
+        table = self.sparse_flops_per_s if sparse else self.dense_flops_per_s
+        short = canonical_dtype(dtype)
+        for candidate in (short, *_FALLBACK[short]):
+            if candidate in table:
+                return table[candidate], candidate
+        kind = "sparse" if sparse else "dense"
+        raise ConfigError(f"{self.name} lists no {kind} FLOP/s for {short} or a wider format.")
+
+    def ridge_point(self, dtype: str = "bf16") -> float:
+        """Peak FLOP/s over bandwidth: the arithmetic intensity (FLOP/byte) where the roofline bends."""
+        return self.peak_flops_per_s(dtype)[0] / self.memory_bandwidth_bytes_per_s
+
+
+def hardware_from_dict(key: str, data: dict) -> Hardware:
+    """Build a `Hardware` from the catalogue's shape: every number a [value, source] pair.
+
+    Raises:
+        ConfigError: a field is missing, or a number lacks its source.
+    """
+    try:
+        sources = {}
+        scalars = {}
+        for name in ("memory_bytes", "memory_bandwidth_bytes_per_s"):
+            scalars[name], sources[name] = _sourced(data[name], name)
+        tables = {}
+        for table in ("dense_flops_per_s", "sparse_flops_per_s"):
+            tables[table] = {}
+            for dtype, pair in data.get(table, {}).items():
+                key_dtype = dtype if dtype == "tf32" else canonical_dtype(dtype)  # tf32: compute-only format
+                tables[table][key_dtype], sources[f"{table}.{dtype}"] = _sourced(pair, dtype)
+        return Hardware(key=key, name=data["name"], sources=sources, **scalars, **tables)
+    except KeyError as exc:
+        raise ConfigError(f"Hardware entry '{key}' lacks the field {exc}.") from None
+
+
+def _sourced(pair, name: str) -> tuple[float, str]:
+    if not (isinstance(pair, list | tuple) and len(pair) == 2 and isinstance(pair[1], str) and pair[1]):
+        raise ConfigError(f"'{name}' must be a [value, source] pair with a non-empty source, not {pair!r}.")
+    return float(pair[0]), pair[1]
+
+
+def load_hardware_file(path: str | Path) -> Hardware:
+    """A hardware entry from a JSON file shaped like a `CATALOGUE` entry, e.g.::
+
+        {"name": "My GPU", "memory_bytes": [24e9, "vendor page"],
+         "memory_bandwidth_bytes_per_s": [1.0e12, "vendor page"],
+         "dense_flops_per_s": {"bf16": [150e12, "vendor page"]}}
+
+    Raises:
+        ConfigError: unreadable file, not JSON, or an entry without sources.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"Cannot read hardware file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold one JSON object (a hardware entry).")
+    return hardware_from_dict(str(path), data)
+
+
+def hardware_names() -> list[str]:
+    """Catalogue keys, then "this-machine"."""
+    return sorted(CATALOGUE) + [THIS_MACHINE]
+
+
+def get_hardware(name_or_path: str) -> Hardware:
+    """A catalogue entry, this machine (probed once, cached), or the entry in a JSON file.
+
+    Raises:
+        ConfigError: neither a known name nor a readable hardware file.
+    """
+    if name_or_path in CATALOGUE:
+        return hardware_from_dict(name_or_path, CATALOGUE[name_or_path])
+    if name_or_path == THIS_MACHINE:
+        from explorer.analysis.probe import this_machine
+
+        return this_machine()
+    if Path(name_or_path).is_file():
+        return load_hardware_file(name_or_path)
+    raise ConfigError(
+        f"Unknown hardware '{name_or_path}'. Known: {', '.join(hardware_names())}, or a path to a JSON entry."
+    )
