@@ -1,0 +1,89 @@
+"""Predicted shapes of every stop of a forward pass, named as `explorer.stops` names them.
+
+Shapes follow shared/DOMAIN.md ("The stops of one forward pass") and record what the runner
+records: projections [B, T, in] -> [B, T, out]; attention in heads layout [B, heads, T, d_h];
+QK-norm on [B, T, heads, d_h] (transformers applies it before the transpose); the LM head on the
+last position only.
+"""
+
+from __future__ import annotations
+
+from explorer.analysis.spec import ModelSpec
+from explorer.stops import features_for, stop_table
+
+Shapes = tuple[list[list[int]], list[list[int]]]
+
+
+def cache_length(spec: ModelSpec, layer: int, tokens: int, context: int) -> int:
+    """Key positions the cache returns to attention after this step's write.
+
+    Full attention: n. Sliding window w: min(n - T, w - 1) + T, as transformers'
+    `DynamicSlidingWindowLayer.update` keeps w - 1 past positions and returns them with the new T.
+    """
+    window = spec.window(layer)
+    return context if window is None else min(context - tokens, window - 1) + tokens
+
+
+def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context: int) -> dict[str, Shapes]:
+    """(input shapes, output shapes) of every tensor stop from "embed" to "lm_head".
+
+    Args:
+        spec: the model.
+        stage: "prefill" or "decode".
+        batch: B.
+        tokens: T (1 in decode).
+        context: n, cache length after the step's write.
+
+    Raises:
+        ConfigError: the family has no stop table (`explorer.stops.FAMILIES`).
+    """
+    b, t, d = batch, tokens, spec.hidden_size
+    row = [b, t, d]
+    shapes: dict[str, Shapes] = {"embed": ([[b, t]], [row])}
+    for name, kind, layer in stop_table(features_for(spec.family), spec.n_layers, stage):
+        if layer is not None:
+            shapes[name] = _layer_stop(spec, name.split(".", 2)[2], kind, b, t, cache_length(spec, layer, t, context))
+    shapes["final_norm"] = ([row], [row])
+    shapes["lm_head"] = ([[b, 1, d]], [[b, 1, spec.vocab_size]])
+    return shapes
+
+
+def _layer_stop(spec: ModelSpec, op: str, kind: str, b: int, t: int, n: int) -> Shapes:
+    d, dh, hq, hkv = spec.hidden_size, spec.head_dim, spec.n_heads, spec.n_kv_heads
+    row = [b, t, d]
+    q_heads, kv_heads = [b, hq, t, dh], [b, hkv, t, dh]
+    cache, expanded = [b, hkv, n, dh], [b, hq, n, dh]
+    width = spec.dense_intermediate_size
+    projections = {
+        "attn.q_proj": [b, t, spec.q_size], "attn.k_proj": [b, t, spec.kv_size], "attn.v_proj": [b, t, spec.kv_size],
+        "attn.qkv_proj": [b, t, spec.q_size + 2 * spec.kv_size],
+        "mlp.gate_proj": [b, t, width], "mlp.up_proj": [b, t, width], "mlp.gate_up_proj": [b, t, 2 * width],
+    }
+    if op in projections:
+        return [row], [projections[op]]
+    fixed = {
+        "attn.q_norm": ([[b, t, hq, dh]], [[b, t, hq, dh]]),
+        "attn.k_norm": ([[b, t, hkv, dh]], [[b, t, hkv, dh]]),
+        "attn.split_heads": (_split_inputs(spec, b, t), [q_heads, kv_heads, kv_heads]),
+        "attn.rope": ([q_heads, kv_heads], [q_heads, kv_heads]),
+        "attn.kv_cache_write": ([kv_heads, kv_heads], [cache, cache]),
+        "attn.gqa_expand": ([cache, cache], [expanded, expanded]),
+        "attn.scores": ([q_heads, expanded], [[b, hq, t, n]]),
+        "attn.softmax": ([[b, hq, t, n]], [[b, hq, t, n]]),
+        "attn.weighted_sum": ([[b, hq, t, n], expanded], [q_heads]),
+        "attn.merge_heads": ([q_heads], [[b, t, spec.q_size]]),
+        "attn.o_proj": ([[b, t, spec.q_size]], [row]),
+        "mlp.act": ([[b, t, width], [b, t, width]], [[b, t, width]]),
+        "mlp.down_proj": ([[b, t, width]], [row]),
+    }
+    if op in fixed:
+        return fixed[op]
+    if kind == "norm":
+        return [row], [row]
+    return [row, row], [row]  # residual adds
+
+
+def _split_inputs(spec: ModelSpec, b: int, t: int) -> list[list[int]]:
+    if spec.fused_qkv:
+        return [[b, t, spec.q_size + 2 * spec.kv_size]]
+    return [[b, t, spec.q_size], [b, t, spec.kv_size], [b, t, spec.kv_size]]
