@@ -11,7 +11,7 @@ import sys
 
 from explorer.errors import ExplorerError
 
-COMMAND_MODULES = ["explorer.cli.trace_cmd"]
+COMMAND_MODULES = ["explorer.cli.trace_cmd", "explorer.cli.analysis_cmds"]
 
 
 def build_parser() -> argparse.ArgumentParser:

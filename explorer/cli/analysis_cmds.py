@@ -1,0 +1,139 @@
+"""`python -m explorer roofline ...` and `python -m explorer info ...`: analysis of a config, no model.
+
+`--config` takes a preset name or a path to a `config.json` (or its folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from explorer.analysis.hardware import get_hardware, hardware_names
+from explorer.analysis.kv_cache import kv_bytes_per_token, kv_bytes_per_token_per_layer
+from explorer.analysis.params import param_counts
+from explorer.analysis.precision import DTYPE_BITS, Precision
+from explorer.analysis.records import CostOptions, Step
+from explorer.analysis.roofline import RooflinePoint, StepRoofline, standard_what_ifs, step_roofline
+from explorer.analysis.spec import ModelSpec
+from explorer.config import load_hf_config
+
+_DTYPES = sorted(DTYPE_BITS)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `roofline` and `info` commands."""
+    roofline = subparsers.add_parser("roofline", help="per-operator FLOPs, bytes and roofline bound of a step")
+    roofline.add_argument("--config", required=True, help="preset name or path to a config.json")
+    roofline.add_argument("--stage", choices=("prefill", "decode"), default="decode")
+    roofline.add_argument("--batch", type=_positive, default=1, help="B, sequences in the batch")
+    roofline.add_argument("--context", type=_positive, default=4096,
+                          help="decode: n, cache positions after the step (includes the new token)")
+    roofline.add_argument("--tokens", type=_positive, default=512, help="prefill: T, prompt tokens")
+    roofline.add_argument("--hardware", default="h100-sxm",
+                          help=f"one of {', '.join(hardware_names())}, or a path to a JSON entry")
+    roofline.add_argument("--weight-dtype", choices=_DTYPES, default="bf16")
+    roofline.add_argument("--act-dtype", choices=_DTYPES, default="bf16")
+    roofline.add_argument("--kv-dtype", choices=_DTYPES, default="bf16")
+    roofline.add_argument("--merged", action="store_true", help="qkv_proj and gate_up_proj as engines run them")
+    roofline.add_argument("--fused-attention", action="store_true", help="score matrix kept on chip (FlashAttention)")
+    roofline.add_argument("--lm-head-all", action="store_true", help="LM head over all positions, not the last")
+    roofline.add_argument("--per-layer", action="store_true", help="one row per stop instead of summed over layers")
+    roofline.add_argument("--what-ifs", action="store_true", help="also print KV fp8, int4 weights, batch x4, context x4")
+    roofline.set_defaults(handler=run_roofline)
+
+    info = subparsers.add_parser("info", help="dimensions, parameter counts and KV-cache bytes of a config")
+    info.add_argument("--config", required=True, help="preset name or path to a config.json")
+    info.add_argument("--kv-dtype", choices=_DTYPES, default="bf16")
+    info.set_defaults(handler=run_info)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
+    return value
+
+
+def run_roofline(args: argparse.Namespace) -> int:
+    """Print the per-operator roofline table of one step and its total."""
+    spec = ModelSpec.from_hf_config(load_hf_config(args.config))
+    step = Step.prefill(args.tokens, args.batch) if args.stage == "prefill" else Step.decode(args.context, args.batch)
+    options = CostOptions(
+        precision=Precision(weights=args.weight_dtype, activations=args.act_dtype, kv=args.kv_dtype),
+        merged_projections=args.merged, lm_head_all_positions=args.lm_head_all,
+        fused_attention=args.fused_attention,
+    )
+    hardware = get_hardware(args.hardware)
+    result = step_roofline(spec, step, hardware, options, by_op=not args.per_layer)
+    print(_roofline_header(args.config, result))
+    print(format_roofline_table(result))
+    if args.what_ifs:
+        print("\nwhat-if                     time lower bound ms   tokens/s   speedup")
+        for variant in standard_what_ifs(spec, step, hardware, options):
+            r = variant.roofline
+            print(f"{variant.label:<28}{r.time_lower_bound_s * 1e3:>19.3f}{r.tokens_per_s:>11.0f}{variant.speedup:>9.2f}x")
+    return 0
+
+
+def _roofline_header(config: str, result: StepRoofline) -> str:
+    step, hw, p = result.step, result.hardware, result.precision
+    peak, peak_dtype = hw.peak_flops_per_s(p.activations)
+    where = f"T={step.tokens}" if step.stage == "prefill" else f"context n={step.context}"
+    return (
+        f"{config}: {step.stage}, batch {step.batch}, {where}; weights {p.weights}, activations "
+        f"{p.activations}, KV {p.kv}\n{hw.name}: {peak / 1e12:.1f} TFLOP/s dense {peak_dtype}, "
+        f"{hw.memory_bandwidth_bytes_per_s / 1e12:.2f} TB/s, ridge point "
+        f"{peak / hw.memory_bandwidth_bytes_per_s:.0f} FLOP/byte\n"
+    )
+
+
+def format_roofline_table(result: StepRoofline) -> str:
+    """The roofline as a text table: operator, GFLOP, GB, FLOP/byte, bound, time lower bound (ms)."""
+    header = f"{'operator':<28}{'GFLOP':>12}{'GB':>10}{'FLOP/byte':>11}  {'bound':<8}{'time >= ms':>11}"
+    lines = [header, "-" * len(header)]
+    lines += [_row(point.cost.name, point) for point in result.points]
+    lines.append("-" * len(header))
+    total = result.total
+    lines.append(_row("step total", total, time_ms=result.time_lower_bound_s * 1e3))
+    memory_share = result.memory_bound_fraction * 100
+    lines.append(f"\n{result.step.rows} tokens per step: at most {result.tokens_per_s:,.0f} tokens/s; "
+                 f"{memory_share:.0f}% of the time bound is in memory-bound operators.")
+    return "\n".join(lines)
+
+
+def _row(name: str, point: RooflinePoint, time_ms: float | None = None) -> str:
+    cost = point.cost
+    time_ms = point.time_lower_bound_s * 1e3 if time_ms is None else time_ms
+    return (f"{name:<28}{cost.flops / 1e9:>12.3f}{cost.bytes / 1e9:>10.3f}{point.arithmetic_intensity:>11.1f}  "
+            f"{point.bound:<8}{time_ms:>11.3f}")
+
+
+def run_info(args: argparse.Namespace) -> int:
+    """Print a config's dimensions, parameter counts and KV-cache bytes per token."""
+    spec = ModelSpec.from_hf_config(load_hf_config(args.config))
+    counts = param_counts(spec)
+    windows = sorted({w for w in spec.layer_windows if w})
+    rows = [
+        ("family", spec.family),
+        ("layers L", spec.n_layers),
+        ("hidden size d", spec.hidden_size),
+        ("query heads h_q", spec.n_heads),
+        ("key/value heads h_kv", f"{spec.n_kv_heads} (GQA group size {spec.gqa_group_size})"),
+        ("head dim d_h", spec.head_dim),
+        ("MLP width d_ff", spec.intermediate_size),
+        ("vocabulary V", spec.vocab_size),
+        ("tied LM head", "yes" if spec.tie_word_embeddings else "no"),
+        ("sliding window", ", ".join(map(str, windows)) or "none"),
+    ]
+    if spec.is_moe:
+        rows.append(("experts", f"{spec.n_experts}, {spec.experts_per_token} per token"))
+    rows += [
+        ("parameters, total", f"{counts.total:,}"),
+        ("parameters, non-embedding", f"{counts.non_embedding:,}"),
+        ("parameters, active per token", f"{counts.active_per_token:,}"),
+        (f"KV cache per token ({args.kv_dtype})", f"{kv_bytes_per_token(spec, args.kv_dtype):,} B "
+         f"({kv_bytes_per_token_per_layer(spec, args.kv_dtype):,} B per layer)"),
+    ]
+    print(f"{args.config}")
+    for label, value in rows:
+        print(f"  {label:<32}{value}")
+    return 0
