@@ -1,0 +1,55 @@
+"""`python -m explorer roofline` and `info`: the printed tables."""
+
+from __future__ import annotations
+
+import json
+
+from explorer.cli import main
+
+
+def run(capsys, *argv) -> str:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_roofline_decode_table(capsys):
+    text = run(capsys, "roofline", "--config", "llama-3-8b", "--stage", "decode", "--batch", "64",
+               "--context", "4096", "--hardware", "h100-sxm")
+    assert "ridge point 295 FLOP/byte" in text
+    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith(("attn.", "step"))}
+    assert rows["attn.scores"][1:5] == ["68.719", "17.734", "3.9", "memory"]
+    assert rows["step"][-1] == "15.614"
+
+
+def test_roofline_quantized_and_prefill_variants(capsys):
+    base = run(capsys, "roofline", "--config", "llama-3-8b", "--batch", "64", "--context", "4096")
+    fp8 = run(capsys, "roofline", "--config", "llama-3-8b", "--batch", "64", "--context", "4096", "--kv-dtype", "fp8")
+    int4 = run(capsys, "roofline", "--config", "llama-3-8b", "--weight-dtype", "int4", "--what-ifs")
+    prefill = run(capsys, "roofline", "--config", "qwen3-0.6b", "--stage", "prefill", "--tokens", "17")
+
+    def total_ms(text):
+        return float(next(line for line in text.splitlines() if line.startswith("step total")).split()[-1])
+
+    assert total_ms(fp8) < total_ms(base)
+    assert "weights int4" in int4 and "KV cache in fp8" in int4
+    assert "prefill, batch 1, T=17" in prefill and "attn.q_norm" in prefill
+
+
+def test_roofline_hardware_from_a_file(capsys, tmp_path):
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"name": "Lab GPU", "memory_bytes": [1e9, "x"],
+                                "memory_bandwidth_bytes_per_s": [1e11, "x"],
+                                "dense_flops_per_s": {"bf16": [1e13, "x"]}}))
+    assert "Lab GPU: 10.0 TFLOP/s" in run(capsys, "roofline", "--config", "smollm2-135m", "--hardware", str(path))
+
+
+def test_info_prints_dimensions_counts_and_kv_bytes(capsys):
+    text = run(capsys, "info", "--config", "qwen3-0.6b")
+    assert "head dim d_h                    128" in text
+    assert "596,049,920" in text and "440,467,456" in text
+    assert "114,688 B" in text
+
+
+def test_unknown_config_is_a_one_line_error(capsys):
+    assert main(["info", "--config", "no-such-model"]) == 2
+    assert "neither a preset" in capsys.readouterr().err
