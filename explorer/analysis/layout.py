@@ -72,5 +72,6 @@ def mlp_linears(spec: ModelSpec, layer: int, merged: bool = False) -> list[Linea
     elif merged or spec.fused_gate_up:
         inner = [Linear(prefix + "gate_up_proj", d, 2 * width, bias, experts)]
     else:
-        inner = [Linear(prefix + "gate_proj", d, width, bias, experts), Linear(prefix + "up_proj", d, width, bias, experts)]
+        inner = [Linear(prefix + "gate_proj", d, width, bias, experts),
+                 Linear(prefix + "up_proj", d, width, bias, experts)]
     return router + inner + [Linear(prefix + "down_proj", width, d, bias, experts)]

@@ -37,7 +37,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     roofline.add_argument("--fused-attention", action="store_true", help="score matrix kept on chip (FlashAttention)")
     roofline.add_argument("--lm-head-all", action="store_true", help="LM head over all positions, not the last")
     roofline.add_argument("--per-layer", action="store_true", help="one row per stop instead of summed over layers")
-    roofline.add_argument("--what-ifs", action="store_true", help="also print KV fp8, int4 weights, batch x4, context x4")
+    roofline.add_argument("--what-ifs", action="store_true",
+                          help="also print KV fp8, int4 weights, batch x4, context x4")
     roofline.set_defaults(handler=run_roofline)
 
     info = subparsers.add_parser("info", help="dimensions, parameter counts and KV-cache bytes of a config")
@@ -69,8 +70,8 @@ def run_roofline(args: argparse.Namespace) -> int:
     if args.what_ifs:
         print("\nwhat-if                     time lower bound ms   tokens/s   speedup")
         for variant in standard_what_ifs(spec, step, hardware, options):
-            r = variant.roofline
-            print(f"{variant.label:<28}{r.time_lower_bound_s * 1e3:>19.3f}{r.tokens_per_s:>11.0f}{variant.speedup:>9.2f}x")
+            time_ms, rate = variant.roofline.time_lower_bound_s * 1e3, variant.roofline.tokens_per_s
+            print(f"{variant.label:<28}{time_ms:>19.3f}{rate:>11.0f}{variant.speedup:>9.2f}x")
     return 0
 
 
