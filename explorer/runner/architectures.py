@@ -7,6 +7,8 @@ the attention function (see `explorer.runner.hooks`).
 
 from __future__ import annotations
 
+import weakref
+
 from torch import nn
 
 from explorer.stops import ArchFeatures, features_for
@@ -34,6 +36,8 @@ LAYER_MODULES = {
 LAYER_BLOCKS = {"block": "", "attn": "self_attn", "mlp": "mlp"}
 ACTIVATION_NAMES = ("act_fn", "activation_fn")
 
+_NAMES_BY_MODEL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
 
 def model_features(model: nn.Module) -> ArchFeatures:
     """The stop features of a loaded transformers causal LM (raises ConfigError if unsupported)."""
@@ -52,6 +56,17 @@ def top_modules(model: nn.Module) -> dict[str, nn.Module]:
         "final_norm": model.model.norm,
         "lm_head": model.get_output_embeddings(),
     }
+
+
+def stop_module_names(model: nn.Module) -> dict[nn.Module, str]:
+    """Every hooked module of `model` -> its canonical key (e.g. `layers.3.attn.k_proj`); built once per model."""
+    names = _NAMES_BY_MODEL.get(model)
+    if names is None:
+        names = {module: name for name, module in top_modules(model).items()}
+        for index, layer in enumerate(decoder_layers(model)):
+            names |= {module: f"layers.{index}.{name}" for name, module in layer_modules(layer).items()}
+        _NAMES_BY_MODEL[model] = names
+    return names
 
 
 def layer_modules(layer: nn.Module) -> dict[str, nn.Module]:

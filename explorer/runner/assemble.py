@@ -38,15 +38,26 @@ def assemble_ops(
         if name in extra:
             ops.append(extra[name])
             continue
-        rel = name.split(".", 2)[2] if layer is not None else name
-        builder = _DERIVED.get(rel)
-        if builder is not None:
-            ops.append(builder(name, kind, layer, _LayerEvents(events, layer), features))
-        elif name in events:
-            ops.append(_from_event(name, kind, layer, events[name]))
-        else:
-            raise RuntimeError(f"stop {name} was not observed in the forward pass")
+        ops.append(_plain(_build(name, kind, layer, events, features)))
     return ops
+
+
+def _build(name: str, kind: str, layer: int | None, events: dict[str, Event], features: ArchFeatures) -> OpRecord:
+    rel = name.split(".", 2)[2] if layer is not None else name
+    builder = _DERIVED.get(rel)
+    if builder is not None:
+        return builder(name, kind, layer, _LayerEvents(events, layer), features)
+    if name in events:
+        return _from_event(name, kind, layer, events[name])
+    raise RuntimeError(f"stop {name} was not observed in the forward pass")
+
+
+def _plain(op: OpRecord) -> OpRecord:
+    """Shapes as lists of ints and the dtype as a name ("float32"), as the trace holds them."""
+    op.input_shapes = [list(shape) for shape in op.input_shapes]
+    op.output_shapes = [list(shape) for shape in op.output_shapes]
+    op.dtype = str(op.dtype).removeprefix("torch.")
+    return op
 
 
 class _LayerEvents:

@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.models.llama.modeling_llama import repeat_kv
 
-from explorer.runner.architectures import decoder_layers, layer_modules, top_modules
+from explorer.runner.architectures import stop_module_names
 
 ATTN_IMPLEMENTATION = "explorer_eager"
 _ACTIVE: ContextVar[StepRecorder | None] = ContextVar("explorer_step_recorder", default=None)
@@ -33,15 +34,19 @@ class StopForward(Exception):
     """Raised inside the forward pass to end it once the layer being recomputed has been captured."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
-    """One timed stop: wall-clock bounds in seconds (perf_counter) and tensor shapes."""
+    """One timed stop: wall-clock bounds in seconds (perf_counter), shapes (`torch.Size`) and dtype.
+
+    Kept as torch objects during the pass (converting ~800 of them per step costs time there);
+    `explorer.runner.assemble` turns them into plain lists and strings afterwards.
+    """
 
     start: float
     end: float = 0.0
-    inputs: list[Shape] = field(default_factory=list)
-    outputs: list[Shape] = field(default_factory=list)
-    dtype: str = ""
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    dtype: torch.dtype | None = None
 
 
 class StepRecorder:
@@ -72,20 +77,19 @@ class StepRecorder:
             self.sync()
         return time.perf_counter()
 
-    def begin(self, key: str, inputs: list[Shape]) -> None:
+    def begin(self, key: str, inputs: list[torch.Size]) -> None:
         self.events[key] = Event(self.clock(), inputs=inputs)
 
-    def end(self, key: str, outputs: list[torch.Tensor]) -> None:
+    def end(self, key: str, output: torch.Tensor | None) -> None:
         event = self.events[key]
         event.end = self.clock()
-        event.outputs = [list(t.shape) for t in outputs]
-        event.dtype = _dtype(outputs[0]) if outputs else ""
+        if output is not None:
+            event.outputs, event.dtype = [output.shape], output.dtype
 
-    def record(self, key: str, start: float, inputs: list, outputs: list[torch.Tensor]) -> float:
+    def record(self, key: str, start: float, inputs: list[torch.Size], outputs: list[torch.Tensor]) -> float:
         """Store a stop that ran from `start` until now; returns now (the next stop's start)."""
         now = self.clock()
-        self.events[key] = Event(start, now, [list(s) for s in inputs], [list(t.shape) for t in outputs],
-                                 _dtype(outputs[0]))
+        self.events[key] = Event(start, now, inputs, [t.shape for t in outputs], outputs[0].dtype)
         return now
 
     def capture_attention(self, layer: int, probs: torch.Tensor) -> None:
@@ -175,22 +179,23 @@ def tracing(model: nn.Module, cache, recorder: StepRecorder, hook_modules: bool 
 
 
 def _hook_all(model: nn.Module, recorder: StepRecorder, handles: list) -> None:
-    for name, module in top_modules(model).items():
-        _hook(module, name, recorder, handles)
-    for index, layer in enumerate(decoder_layers(model)):
-        for name, module in layer_modules(layer).items():
-            _hook(module, f"layers.{index}.{name}", recorder, handles)
+    """Two process-wide module hooks (cheaper than ~800 per-module handles a step) that record only
+    this model's stop modules, and only in the thread and context running this recorder's step."""
+    names = stop_module_names(model)
 
+    def before(module, args):
+        key = names.get(module)
+        if key is not None and _ACTIVE.get() is recorder:
+            recorder.begin(key, [args[0].shape] if args and isinstance(args[0], torch.Tensor) else [])
 
-def _hook(module: nn.Module, key: str, recorder: StepRecorder, handles: list) -> None:
-    def before(_module, args, kwargs):
-        recorder.begin(key, [list(t.shape) for t in _tensors(args) or _tensors(kwargs.values())][:1])
+    def after(module, args, output):
+        key = names.get(module)
+        if key is not None and _ACTIVE.get() is recorder:
+            first = output[0] if isinstance(output, tuple) else output
+            recorder.end(key, first if isinstance(first, torch.Tensor) else None)
 
-    def after(_module, args, kwargs, output):
-        recorder.end(key, _tensors(output if isinstance(output, tuple) else (output,))[:1])
-
-    handles.append(module.register_forward_pre_hook(before, with_kwargs=True))
-    handles.append(module.register_forward_hook(after, with_kwargs=True))
+    handles.append(register_module_forward_pre_hook(before))
+    handles.append(register_module_forward_hook(after))
 
 
 def _probe_cache_writes(cache, recorder: StepRecorder) -> None:
@@ -205,10 +210,3 @@ def _probe_cache_writes(cache, recorder: StepRecorder) -> None:
 
     cache.update = timed_update
 
-
-def _tensors(values) -> list[torch.Tensor]:
-    return [v for v in values if isinstance(v, torch.Tensor)]
-
-
-def _dtype(tensor: torch.Tensor) -> str:
-    return str(tensor.dtype).removeprefix("torch.")

@@ -222,9 +222,9 @@ class InferenceSession:
         if self.loaded.shape_only:
             token_id = 0
         else:
-            trace.logits = logits.detach().to(torch.float32).cpu().numpy()
             ids = torch.tensor([self.ids], dtype=torch.long)
             trace.sampling = sample_next_token(logits, ids, self.settings, self._generator)
+            trace.logits = trace.sampling.stages[0].logits  # the raw stage: one array, not two
             token_id = trace.sampling.token_id
         extra["sample"] = OpRecord("sample", "sample", None, [[1, vocab]], [[1]], "int64",
                                    (time.perf_counter() - start) * 1e3)

@@ -159,7 +159,11 @@ def test_recomputed_attention_equals_the_kept_one(steps, loaded):
 
 
 def _hook_count(model) -> int:
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+    """Forward hooks on the model's modules plus process-wide module hooks."""
+    from torch.nn.modules import module as torch_module
+
+    per_module = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+    return per_module + len(torch_module._global_forward_hooks) + len(torch_module._global_forward_pre_hooks)
 
 
 def test_a_step_leaves_no_hook_and_no_change(loaded):
