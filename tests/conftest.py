@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# No model hub and no analytics in tests: everything runs offline.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
 
 @pytest.fixture(scope="session")
 def embedded_cache_dir(request, tmp_path_factory) -> Path:

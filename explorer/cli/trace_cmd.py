@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from explorer.config import SamplingSettings
-from explorer.trace import OpRecord, StepTrace
+from explorer.journey import JOURNEY_HEADER, journey_rows, shape_text, step_label
+from explorer.trace import StepTrace
 
 DEFAULT_STEPS = 3
 
@@ -69,50 +70,16 @@ def print_journey(traces: list[StepTrace]) -> None:
     print(_table(prefill, decode))
     print("\nlayer 0 K cache:")
     for trace in traces:
-        print(f"  after {_label(trace):<9} {_shape(trace.kv[0].key_shape):<18} {trace.kv[0].key_bytes:>10,} B")
+        print(f"  after {step_label(trace):<9} {shape_text(trace.kv[0].key_shape):<18} {trace.kv[0].key_bytes:>10,} B")
     print("\nchosen tokens:")
     for trace in traces:
         prob = f"p={trace.sampling.token_prob:.3f}" if trace.sampling else "(shape-only: no values)"
-        print(f"  {_label(trace):<9} {trace.token_text!r:<16} {prob}")
+        print(f"  {step_label(trace):<9} {trace.token_text!r:<16} {prob}")
     text = "".join(t.token_text for t in traces)
     print(f"\ngenerated text: {text!r}" + ("" if not traces[-1].finished else f" [{traces[-1].finish_reason}]"))
 
 
 def _table(prefill: StepTrace, decode: StepTrace | None) -> str:
-    header = ["stop", "kind", "prefill in -> out", "ms", "decode in -> out", "ms"]
-    rows = [header]
-    for op in prefill.ops:
-        if op.layer not in (None, 0):
-            continue
-        other = _find(decode, op.name)
-        rows.append([op.name, op.kind, _flow(op), _ms(op), _flow(other) if other else "-",
-                     _ms(other) if other else "-"])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    rows = [JOURNEY_HEADER] + journey_rows(prefill, decode)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(JOURNEY_HEADER))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
-
-
-def _find(trace: StepTrace | None, name: str) -> OpRecord | None:
-    if trace is None:
-        return None
-    try:
-        return trace.op(name)
-    except KeyError:
-        return None
-
-
-def _flow(op: OpRecord) -> str:
-    inputs = " ".join(_shape(s) for s in op.input_shapes) or "text"
-    outputs = " ".join(_shape(s) for s in op.output_shapes) or "text"
-    return f"{inputs} -> {outputs}"
-
-
-def _shape(shape: list[int]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _ms(op: OpRecord) -> str:
-    return "view" if op.wall_ms is None else f"{op.wall_ms:.2f}"
-
-
-def _label(trace: StepTrace) -> str:
-    return "prefill" if trace.stage == "prefill" else f"step {trace.step_index}"

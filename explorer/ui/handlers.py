@@ -1,0 +1,88 @@
+"""Event handlers of the app: thin, one per event, every per-person value in the session state.
+
+A handler takes the components' values, runs the session, and returns the components' new
+values. An `ExplorerError` becomes a `gr.Error` toast; the person's session is left as it was.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import gradio as gr
+
+from explorer.config import SamplingSettings
+from explorer.errors import ExplorerError
+from explorer.journey import journey_rows, shape_text, step_label
+from explorer.runner.loading import LoadedModel
+from explorer.runner.session import InferenceSession
+from explorer.trace import StepTrace
+
+
+def shows_errors(handler):
+    """Turn an `ExplorerError` raised by `handler` into a toast with its message."""
+
+    @functools.wraps(handler)
+    def wrapped(*args, **kwargs):
+        try:
+            return handler(*args, **kwargs)
+        except ExplorerError as exc:
+            raise gr.Error(str(exc)) from exc
+
+    return wrapped
+
+
+def settings_from(do_sample: bool, temperature: float, top_k: float, top_p: float, min_p: float,
+                  seed: float, max_new_tokens: float) -> SamplingSettings:
+    """Sampling settings from the controls' values (raises SamplingSettingsError if out of range)."""
+    return SamplingSettings(do_sample=bool(do_sample), temperature=float(temperature), top_k=int(top_k),
+                            top_p=float(top_p), min_p=float(min_p), seed=int(seed),
+                            max_new_tokens=int(max_new_tokens))
+
+
+@shows_errors
+def on_prefill_click(loaded: LoadedModel, prompt: str, prompt_tokens: float, use_chat_template: bool, *sampling):
+    """Start a new session: run the prefill of `prompt` (or, with no tokenizer, of `prompt_tokens`
+    placeholder tokens). Returns (session, *view)."""
+    session = InferenceSession(loaded, settings_from(*sampling))
+    if loaded.tokenizer is None:
+        session.prefill(prompt_tokens=int(prompt_tokens))
+    else:
+        session.prefill(prompt, use_chat_template=use_chat_template)
+    return (session, *view(session))
+
+
+@shows_errors
+def on_decode_click(session: InferenceSession | None, *sampling):
+    """Run one decode step of the person's session. Returns (session, *view)."""
+    if session is None:
+        raise gr.Error("Run the prefill first: a decode step continues a prompt.")
+    session.set_settings(settings_from(*sampling))
+    session.decode_step()
+    return (session, *view(session))
+
+
+def view(session: InferenceSession) -> tuple[str, str, list[list[str]], str]:
+    """(status line, generated text, journey rows of layer 0, KV-cache lines) of the session."""
+    traces = session.traces
+    decode = traces[-1] if len(traces) > 1 else None
+    return status_text(traces[-1]), session.text, journey_rows(traces[0], decode), kv_text(traces)
+
+
+def status_text(trace: StepTrace) -> str:
+    """One line on the latest step: tokens in, context, wall time, chosen token and its probability."""
+    chosen = repr(trace.token_text)
+    if trace.sampling is not None:
+        chosen += f" (p = {trace.sampling.token_prob:.3f})"
+    line = (f"**{step_label(trace)}**: {len(trace.input_ids)} token(s) in, context n = {trace.context_length}, "
+            f"{trace.wall_ms:.0f} ms; next token {chosen}")
+    if trace.finished:
+        line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."
+    return line
+
+
+def kv_text(traces: list[StepTrace]) -> str:
+    """Layer 0's K cache after each step, in a Markdown list."""
+    return "\n".join(
+        f"- after {step_label(t)}: K {shape_text(t.kv[0].key_shape)}, {t.kv[0].key_bytes:,} bytes"
+        for t in traces
+    )
