@@ -1,7 +1,8 @@
 """Event handlers of the app: thin, one per event, every per-person value in the session state.
 
 A handler takes the components' values, runs the session, and returns the components' new
-values. An `ExplorerError` becomes a `gr.Error` toast; the person's session is left as it was.
+values. An `ExplorerError` becomes a warning toast with its message, and every output is left as it
+was (`gr.skip()`): the person's session and the figures on screen are kept.
 """
 
 from __future__ import annotations
@@ -11,22 +12,26 @@ import functools
 import gradio as gr
 
 from explorer.config import SamplingSettings
-from explorer.errors import ExplorerError
+from explorer.errors import ExplorerError, SessionStateError
 from explorer.journey import journey_rows, shape_text, step_label
 from explorer.runner.loading import LoadedModel
 from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
 
 
+VIEW_OUTPUTS = 5  # session state, status, generated text, journey rows, KV-cache lines
+
+
 def shows_errors(handler):
-    """Turn an `ExplorerError` raised by `handler` into a toast with its message."""
+    """Turn an `ExplorerError` raised by `handler` into a warning toast; leave every output unchanged."""
 
     @functools.wraps(handler)
     def wrapped(*args, **kwargs):
         try:
             return handler(*args, **kwargs)
         except ExplorerError as exc:
-            raise gr.Error(str(exc)) from exc
+            gr.Warning(str(exc))
+            return tuple(gr.skip() for _ in range(VIEW_OUTPUTS))
 
     return wrapped
 
@@ -55,7 +60,7 @@ def on_prefill_click(loaded: LoadedModel, prompt: str, prompt_tokens: float, use
 def on_decode_click(session: InferenceSession | None, *sampling):
     """Run one decode step of the person's session. Returns (session, *view)."""
     if session is None:
-        raise gr.Error("Run the prefill first: a decode step continues a prompt.")
+        raise SessionStateError("Run the prefill first: a decode step continues a prompt.")
     session.set_settings(settings_from(*sampling))
     session.decode_step()
     return (session, *view(session))

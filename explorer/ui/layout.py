@@ -50,7 +50,7 @@ def build_demo(loaded: LoadedModel) -> gr.Blocks:
                     max_new_box]
         outputs = [session_state, status_md, text_box, journey_table, kv_md]
         prefill_btn.click(functools.partial(on_prefill_click, loaded), [prompt_box, prompt_tokens_box, chat_template_box, *sampling],
-                          outputs, concurrency_id=MODEL_QUEUE, trigger_mode="once")
+                          outputs, concurrency_id=MODEL_QUEUE, trigger_mode="once", api_name="prefill")
         decode_btn.click(on_decode_click, [session_state, *sampling], outputs, concurrency_id=MODEL_QUEUE,
-                         trigger_mode="once")
+                         trigger_mode="once", api_name="decode")
     return demo
