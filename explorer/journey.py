@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from explorer.trace import OpRecord, StepTrace
 
-JOURNEY_HEADER = ["stop", "kind", "prefill: in -> out", "ms", "decode: in -> out", "ms"]
+JOURNEY_HEADER = ["stop", "kind", "prefill: in -> out", "prefill ms", "decode: in -> out", "decode ms"]
 
 
 def journey_rows(prefill: StepTrace, decode: StepTrace | None, layer: int = 0) -> list[list[str]]:
