@@ -1,0 +1,48 @@
+"""`python -m explorer trace`: the journey table, the K cache per step, tokens, JSON, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from explorer.cli import main
+from explorer.trace import StepTrace
+
+
+def test_shape_only_trace_prints_the_journey_of_layer_0(capsys):
+    assert main(["trace", "--config", "qwen3-0.6b", "--prompt-tokens", "17", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "shape-only qwen3, 28 layers" in out
+    q_proj = next(line for line in out.splitlines() if line.startswith("layers.0.attn.q_proj"))
+    assert "[1, 17, 1024] -> [1, 17, 2048]" in q_proj and "[1, 1, 1024] -> [1, 1, 2048]" in q_proj
+    assert "layers.1." not in out
+    assert "after prefill   [1, 8, 17, 128]" in out
+    assert "after step 1    [1, 8, 18, 128]" in out
+
+
+@pytest.mark.real_model
+def test_embedded_trace_writes_every_step_as_json(embedded_model, capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr("explorer.runner.loading.load", lambda **kwargs: embedded_model)
+    path = tmp_path / "trace.json"
+    assert main(["trace", "The capital of France is", "--steps", "3", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "Q4_1 GGUF build de-quantised to float32" in out
+    traces = [StepTrace.from_dict(step) for step in json.loads(path.read_text())]
+    assert [t.stage for t in traces] == ["prefill", "decode", "decode", "decode"]
+    assert [t.kv[0].key_shape[2] for t in traces] == [traces[0].context_length + k for k in range(4)]
+    for trace in traces:
+        assert f"p={trace.sampling.token_prob:.3f}" in out
+    assert f"generated text: {''.join(t.token_text for t in traces)!r}" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["trace", "hi", "--config", "no-such-model"], "neither a preset nor a config.json"),
+    (["trace", "--config", "qwen3-0.6b", "--prompt-tokens", "0"], "at least one token"),
+    (["trace", "hi", "--config", "qwen3-0.6b", "--top-p", "0"], "top-p must be in (0, 1]"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err
+    assert "Traceback" not in err
