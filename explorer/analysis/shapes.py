@@ -2,8 +2,8 @@
 
 Shapes follow shared/DOMAIN.md ("The stops of one forward pass") and record what the runner
 records: projections [B, T, in] -> [B, T, out]; attention in heads layout [B, heads, T, d_h];
-QK-norm on [B, T, heads, d_h] (transformers applies it before the transpose); the LM head on the
-last position only.
+QK-norm on [B, T, heads, d_h] in Qwen3 (before the transpose), on [B, heads, T, d_h] in Gemma 3;
+the LM head on the last position only.
 """
 
 from __future__ import annotations
@@ -61,9 +61,10 @@ def _layer_stop(spec: ModelSpec, op: str, kind: str, b: int, t: int, n: int) -> 
     }
     if op in projections:
         return [row], [projections[op]]
+    q_norm, k_norm = _qk_norm_shapes(spec, b, t)
     fixed = {
-        "attn.q_norm": ([[b, t, hq, dh]], [[b, t, hq, dh]]),
-        "attn.k_norm": ([[b, t, hkv, dh]], [[b, t, hkv, dh]]),
+        "attn.q_norm": ([q_norm], [q_norm]),
+        "attn.k_norm": ([k_norm], [k_norm]),
         "attn.split_heads": (_split_inputs(spec, b, t), [q_heads, kv_heads, kv_heads]),
         "attn.rope": ([q_heads, kv_heads], [q_heads, kv_heads]),
         "attn.kv_cache_write": ([kv_heads, kv_heads], [cache, cache]),
@@ -87,3 +88,12 @@ def _split_inputs(spec: ModelSpec, b: int, t: int) -> list[list[int]]:
     if spec.fused_qkv:
         return [[b, t, spec.q_size + 2 * spec.kv_size]]
     return [[b, t, spec.q_size], [b, t, spec.kv_size], [b, t, spec.kv_size]]
+
+
+def _qk_norm_shapes(spec: ModelSpec, b: int, t: int) -> tuple[list[int], list[int]]:
+    """Shapes QK-norm acts on: Qwen3 normalises before the transpose to heads ([B, T, h, d_h],
+    modeling_qwen3.py), Gemma 3 after it ([B, h, T, d_h], modeling_gemma3.py)."""
+    hq, hkv, dh = spec.n_heads, spec.n_kv_heads, spec.head_dim
+    if spec.family == "gemma3_text":
+        return [b, hq, t, dh], [b, hkv, t, dh]
+    return [b, t, hq, dh], [b, t, hkv, dh]

@@ -9,6 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
+from explorer.analysis.shapes import predict_shapes
+from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.runner.session import InferenceSession
@@ -83,6 +85,15 @@ def test_every_stop_has_the_shape_the_config_predicts(steps, loaded):
         assert trace.op("lm_head").input_shapes == [[1, 1, D]]
         assert trace.op("lm_head").output_shapes == [[1, 1, V]]
         assert trace.op("sample").input_shapes == [[1, V]]
+
+
+def test_every_stop_of_every_layer_has_the_shape_the_analysis_predicts(steps, loaded):
+    _, traces = steps
+    spec = ModelSpec.from_hf_config(loaded.model.config.to_dict())
+    for trace in traces:
+        predicted = predict_shapes(spec, trace.stage, 1, len(trace.input_ids), trace.context_length)
+        measured = {op.name: (op.input_shapes, op.output_shapes) for op in trace.ops if op.name in predicted}
+        assert measured == predicted
 
 
 def test_wall_times_are_measured_for_every_stop_but_views(steps):
