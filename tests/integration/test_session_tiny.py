@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -217,6 +218,23 @@ def test_two_sessions_on_one_model_do_not_mix(loaded):
     assert ids == alone_ids
     assert first.traces[-1].context_length == len(first.ids) - 1
     assert second.traces[-1].context_length != first.traces[-1].context_length
+
+
+def test_sessions_stepping_in_parallel_threads_match_sessions_run_alone(loaded):
+    prompts = ["abc", "a much longer prompt than the first"]
+
+    def run(prompt: str) -> list[int]:
+        session = InferenceSession(loaded, SamplingSettings(do_sample=True, seed=len(prompt), max_new_tokens=10))
+        session.prefill(prompt)
+        for _ in range(4):
+            session.decode_step()
+        return session.generated
+
+    alone = [run(p) for p in prompts]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(run, prompts * 2))
+    assert together == alone * 2
+    assert _hook_count(loaded.model) == 0
 
 
 def test_trace_round_trips_through_json(steps):
