@@ -96,7 +96,8 @@ def format_roofline_table(result: StepRoofline) -> str:
     total = result.total
     lines.append(_row("step total", total, time_ms=result.time_lower_bound_s * 1e3))
     memory_share = result.memory_bound_fraction * 100
-    lines.append(f"\n{result.step.rows} tokens per step: at most {result.tokens_per_s:,.0f} tokens/s; "
+    tokens = f"{result.step.rows} token" + ("s" if result.step.rows != 1 else "")
+    lines.append(f"\n{tokens} per step: at most {result.tokens_per_s:,.0f} tokens/s; "
                  f"{memory_share:.0f}% of the time bound is in memory-bound operators.")
     return "\n".join(lines)
 
