@@ -169,7 +169,8 @@ class StepTrace:
         raise KeyError(name)
 
     def to_dict(self) -> dict:
-        """A JSON-serialisable dict (numpy arrays become nested lists)."""
+        """A dict that strict JSON can hold: numpy arrays become nested lists, and the -inf of a
+        filtered-out token becomes null (`from_dict` turns it back into -inf)."""
         return _to_plain(asdict(self))
 
     @classmethod
@@ -198,12 +199,18 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def _array(value) -> np.ndarray | None:
-    return None if value is None else np.asarray(value, dtype=np.float32)
+    if value is None:
+        return None
+    array = np.array(value, dtype=object)
+    array[array == None] = -np.inf  # noqa: E711 (elementwise comparison)
+    return array.astype(np.float32)
 
 
 def _to_plain(value):
     if isinstance(value, np.ndarray):
-        return value.tolist()
+        if np.isfinite(value).all():
+            return value.tolist()
+        return np.where(np.isfinite(value), value, None).tolist()
     if isinstance(value, dict):
         return {k: _to_plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

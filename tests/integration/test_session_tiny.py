@@ -237,6 +237,16 @@ def test_sessions_stepping_in_parallel_threads_match_sessions_run_alone(loaded):
     assert _hook_count(loaded.model) == 0
 
 
+def test_a_sampled_trace_is_strict_json_and_filtered_tokens_come_back_as_minus_inf(loaded):
+    session = InferenceSession(loaded, SamplingSettings(do_sample=True, top_k=5))
+    trace = session.prefill(PROMPT)
+    text = json.dumps(trace.to_dict(), allow_nan=False)
+    restored = StepTrace.from_dict(json.loads(text))
+    assert restored.sampling.final.kept.sum() == 5
+    np.testing.assert_array_equal(restored.sampling.final.logits, trace.sampling.final.logits)
+    np.testing.assert_allclose(restored.sampling.final.probs, trace.sampling.final.probs)
+
+
 def test_trace_round_trips_through_json(steps):
     _, traces = steps
     trace = traces[1]
