@@ -28,7 +28,10 @@ def main() -> None:
                       progress=lambda message: print(message, file=sys.stderr))
     except ExplorerError as exc:
         sys.exit(f"error: {exc}")
-    build_demo(loaded).launch(server_name=args.host, server_port=args.port, ssr_mode=False)
+    try:
+        build_demo(loaded).launch(server_name=args.host, server_port=args.port, ssr_mode=False)
+    except OSError as exc:
+        sys.exit(f"error: cannot serve on {args.host}:{args.port} ({exc}). Pick another port with --port.")
 
 
 if __name__ == "__main__":

@@ -85,6 +85,7 @@ class SamplingSettings:
             (0 < self.top_p <= 1, "top-p must be in (0, 1] (1 disables it)"),
             (0 <= self.min_p <= 1, "min-p must be in [0, 1] (0 disables it)"),
             (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1, "max new tokens must be >= 1"),
+            (isinstance(self.seed, int) and 0 <= self.seed < 2**63, "the seed must be a whole number in [0, 2^63)"),
         ]
         for ok, message in checks:
             if not ok:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from explorer.config import SamplingSettings
+from explorer.errors import ExplorerError, PromptError
 from explorer.journey import JOURNEY_HEADER, journey_rows, shape_text, step_label
 from explorer.trace import StepTrace
 
@@ -28,7 +29,8 @@ def register(subparsers) -> None:
     parser.add_argument("--prompt-tokens", type=int, help="give the prompt as a token count (shape-only)")
     parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     parser.add_argument("--system", help="system prompt for the chat template")
-    parser.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    parser.add_argument("--sample", action="store_true",
+                        help="sample instead of greedy decoding (implied by any sampling setting below)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--top-k", type=int, default=0, help="0 disables")
     parser.add_argument("--top-p", type=float, default=1.0, help="1.0 disables")
@@ -40,14 +42,16 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load, prefill, decode `args.steps` times, print the journey; returns the exit code."""
+    """Load, prefill, decode `args.steps` times, print the journey; returns the exit code.
+
+    Raises:
+        ExplorerError: bad input (checked before the model loads where possible) or an unwritable --json.
+    """
     from explorer.runner.loading import load
     from explorer.runner.session import InferenceSession
 
-    settings = SamplingSettings(
-        do_sample=args.sample, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        min_p=args.min_p, max_new_tokens=args.steps + 1, seed=args.seed,
-    )
+    settings = _settings(args)
+    _check_early(args)
     loaded = load(model=args.model, config=args.config, device=args.device,
                   progress=lambda message: print(message, file=sys.stderr))
     print(f"model: {loaded.description}")
@@ -56,15 +60,43 @@ def run(args: argparse.Namespace) -> int:
                               system_prompt=args.system, prompt_tokens=args.prompt_tokens)]
     while len(traces) <= args.steps and not session.finished:
         traces.append(session.decode_step())
-    print_journey(traces)
+    print_journey(traces, session.text)
     if args.json:
-        args.json.write_text(json.dumps([t.to_dict() for t in traces]))
-        print(f"\nwrote {len(traces)} step traces to {args.json}")
+        _write_json(args.json, traces)
     return 0
 
 
-def print_journey(traces: list[StepTrace]) -> None:
-    """Print the stop table, the layer-0 K cache per step, the chosen tokens and the text."""
+def _settings(args: argparse.Namespace) -> SamplingSettings:
+    filters = (args.temperature != 1.0, args.top_k != 0, args.top_p != 1.0, args.min_p != 0.0)
+    settings = SamplingSettings(
+        do_sample=args.sample or any(filters), temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, min_p=args.min_p, max_new_tokens=args.steps + 1, seed=args.seed,
+    )
+    if any(filters) and not args.sample:
+        print("note: sampling settings given, so sampling is on (as with --sample)", file=sys.stderr)
+    return settings
+
+
+def _check_early(args: argparse.Namespace) -> None:
+    """Refuse what is wrong before the model loads (seconds) rather than after."""
+    if args.prompt_tokens is None and not (args.prompt or "").strip():
+        raise PromptError("The prompt is empty: give some text (or --prompt-tokens N with --config).")
+    if args.steps < 0:
+        raise ExplorerError("--steps must be 0 or more.")
+    if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
+        raise ExplorerError(f"Cannot write the trace to {args.json}: give a file path in an existing folder.")
+
+
+def _write_json(path: Path, traces: list[StepTrace]) -> None:
+    try:
+        path.write_text(json.dumps([t.to_dict() for t in traces]))
+    except OSError as exc:
+        raise ExplorerError(f"Cannot write the trace to {path}: {exc.strerror}.") from exc
+    print(f"\nwrote {len(traces)} step traces to {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+def print_journey(traces: list[StepTrace], text: str) -> None:
+    """Print the stop table, the layer-0 K cache per step, the chosen tokens and the generated text."""
     prefill, decode = traces[0], traces[1] if len(traces) > 1 else None
     print(f"\nprefill: {len(prefill.input_ids)} tokens in {prefill.wall_ms:.1f} ms")
     print(_table(prefill, decode))
@@ -75,8 +107,8 @@ def print_journey(traces: list[StepTrace]) -> None:
     for trace in traces:
         prob = f"p={trace.sampling.token_prob:.3f}" if trace.sampling else "(shape-only: no values)"
         print(f"  {step_label(trace):<9} {trace.token_text!r:<16} {prob}")
-    text = "".join(t.token_text for t in traces)
-    print(f"\ngenerated text: {text!r}" + ("" if not traces[-1].finished else f" [{traces[-1].finish_reason}]"))
+    ending = f" [ended: {traces[-1].finish_reason.replace('_', ' ')}]" if traces[-1].finished else ""
+    print(f"\ngenerated text: {text!r}{ending}")
 
 
 def _table(prefill: StepTrace, decode: StepTrace | None) -> str:

@@ -48,6 +48,8 @@ class InferenceSession:
         loaded: the model, its tokenizer (None in shape-only mode) and its EOS ids.
         settings: sampling settings; `settings.seed` seeds this session's own generator.
         attention_budget_bytes: attention probabilities kept per step, float32 bytes.
+        max_prompt_tokens: refuse longer prompts (a shared app keeps one prefill from holding the
+            model for minutes); None allows up to the model's context window.
     """
 
     def __init__(
@@ -55,8 +57,10 @@ class InferenceSession:
         loaded: LoadedModel,
         settings: SamplingSettings | None = None,
         attention_budget_bytes: int = DEFAULT_ATTENTION_BUDGET_BYTES,
+        max_prompt_tokens: int | None = None,
     ) -> None:
         self.loaded = loaded
+        self.max_prompt_tokens = max_prompt_tokens
         self.settings = settings or SamplingSettings()
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
@@ -74,10 +78,11 @@ class InferenceSession:
 
     @property
     def text(self) -> str:
-        """The generated text so far, special tokens left out ("" in shape-only mode)."""
+        """The generated text so far, special tokens left out ("" in shape-only mode); a character
+        still incomplete after the last token (part of an emoji's UTF-8 bytes) is held back."""
         if not self._has_text():
             return ""
-        return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True)
+        return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True).rstrip("\ufffd")
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """Use new sampling settings from the next step on (the generator is not reseeded)."""
@@ -96,14 +101,15 @@ class InferenceSession:
             prompt: the user's text; or None with `prompt_tokens` (shape-only mode without a tokenizer).
             use_chat_template: wrap the prompt in the tokenizer's chat template (where it has one).
             system_prompt: an optional system message for the chat template.
-            prompt_tokens: a prompt given as a token count T (ids are placeholders: shapes only).
+            prompt_tokens: a prompt given as a token count T (ids are placeholders: shape-only mode).
 
         Raises:
-            PromptError: empty prompt, no tokenizer for a text prompt, or longer than the context window.
+            PromptError: empty prompt, no tokenizer for a text prompt, a token count for real weights,
+                longer than `max_prompt_tokens` or than the context window.
         """
         start = time.perf_counter()
-        ids, text_length = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens)
-        tokenize = OpRecord("tokenize", "tokenize", None, [[text_length]], [[1, len(ids)]], "int64",
+        ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens)
+        tokenize = OpRecord("tokenize", "tokenize", None, [], [[1, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
         self._cache = DynamicCache(config=self.loaded.model.config)
         self.ids, self.generated, self.traces = list(ids), [], []
@@ -156,20 +162,26 @@ class InferenceSession:
         q_len, kv_len = record.shape[1:]  # a sliding-window layer sees only its last kv_len keys
         return recorder.attention[layer][:, -q_len:, -kv_len:]
 
-    def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> tuple[list[int], int]:
-        if prompt_tokens is not None:
-            if prompt_tokens < 1:
-                raise PromptError("A prompt needs at least one token.")
-            ids, text_length = [0] * prompt_tokens, 0
+    def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> list[int]:
+        if prompt_tokens is None:
+            ids = self._encode(prompt, use_chat_template, system_prompt)
+        elif not self.loaded.shape_only:
+            raise PromptError("A prompt given as a token count is for shape-only mode (--config); "
+                              "with real weights, give the prompt as text.")
+        elif prompt_tokens < 1:
+            raise PromptError("A prompt needs at least one token.")
         else:
-            ids, text_length = self._encode(prompt, use_chat_template, system_prompt), len(prompt or "")
+            ids = [0] * prompt_tokens
         limit = self.loaded.model.config.max_position_embeddings
         if len(ids) >= limit:
             raise PromptError(
                 f"The prompt is {len(ids)} tokens; this model's context window is {limit} tokens "
                 "and one more is needed for the first new token. Shorten the prompt."
             )
-        return ids, text_length
+        if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
+            raise PromptError(f"The prompt is {len(ids)} tokens; here the limit is {self.max_prompt_tokens}. "
+                              "Shorten the prompt.")
+        return ids
 
     def _encode(self, prompt: str | None, use_chat_template: bool, system_prompt: str | None) -> list[int]:
         tokenizer = self.loaded.tokenizer

@@ -12,7 +12,7 @@ import functools
 import gradio as gr
 
 from explorer.config import SamplingSettings
-from explorer.errors import ExplorerError, SessionStateError
+from explorer.errors import ExplorerError, SamplingSettingsError, SessionStateError
 from explorer.journey import journey_rows, shape_text, step_label
 from explorer.runner.loading import LoadedModel
 from explorer.runner.session import InferenceSession
@@ -20,6 +20,9 @@ from explorer.trace import StepTrace
 
 
 VIEW_OUTPUTS = 5  # session state, status, generated text, journey rows, KV-cache lines
+# A shared app refuses longer prompts: a 2k-token prefill takes seconds here, an 8k one minutes,
+# and every visitor waits in the same queue (DESIGN.md budgets a 2,048-token prompt).
+APP_MAX_PROMPT_TOKENS = 2048
 
 
 def shows_errors(handler):
@@ -38,7 +41,13 @@ def shows_errors(handler):
 
 def settings_from(do_sample: bool, temperature: float, top_k: float, top_p: float, min_p: float,
                   seed: float, max_new_tokens: float) -> SamplingSettings:
-    """Sampling settings from the controls' values (raises SamplingSettingsError if out of range)."""
+    """Sampling settings from the controls' values.
+
+    Raises:
+        SamplingSettingsError: a field left empty, or a value out of its range.
+    """
+    if None in (temperature, top_k, top_p, min_p, seed, max_new_tokens):
+        raise SamplingSettingsError("Fill in every sampling field (an empty seed or max new tokens has no value).")
     return SamplingSettings(do_sample=bool(do_sample), temperature=float(temperature), top_k=int(top_k),
                             top_p=float(top_p), min_p=float(min_p), seed=int(seed),
                             max_new_tokens=int(max_new_tokens))
@@ -48,7 +57,7 @@ def settings_from(do_sample: bool, temperature: float, top_k: float, top_p: floa
 def on_prefill_click(loaded: LoadedModel, prompt: str, prompt_tokens: float, use_chat_template: bool, *sampling):
     """Start a new session: run the prefill of `prompt` (or, with no tokenizer, of `prompt_tokens`
     placeholder tokens). Returns (session, *view)."""
-    session = InferenceSession(loaded, settings_from(*sampling))
+    session = InferenceSession(loaded, settings_from(*sampling), max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
     if loaded.tokenizer is None:
         session.prefill(prompt_tokens=int(prompt_tokens))
     else:
@@ -78,6 +87,8 @@ def status_text(trace: StepTrace) -> str:
     chosen = repr(trace.token_text)
     if trace.sampling is not None:
         chosen += f" (p = {trace.sampling.token_prob:.3f})"
+    if trace.shape_only:
+        chosen = "none: shape-only mode has shapes but no values (times are Python overhead on the meta device)"
     line = (f"**{step_label(trace)}**: {len(trace.input_ids)} token(s) in, context n = {trace.context_length}, "
             f"{trace.wall_ms:.0f} ms; next token {chosen}")
     if trace.finished:
@@ -86,8 +97,8 @@ def status_text(trace: StepTrace) -> str:
 
 
 def kv_text(traces: list[StepTrace]) -> str:
-    """Layer 0's K cache after each step, in a Markdown list."""
-    return "\n".join(
+    """Layer 0's K cache after each step, under a heading, as a Markdown list."""
+    return "**Layer 0 K cache** (V has the same shape)\n\n" + "\n".join(
         f"- after {step_label(t)}: K {shape_text(t.kv[0].key_shape)}, {t.kv[0].key_bytes:,} bytes"
         for t in traces
     )

@@ -84,7 +84,7 @@ def test_a_session_generator_makes_draws_repeatable():
 
 @pytest.mark.parametrize("bad", [
     dict(temperature=0.0), dict(temperature=-1.0), dict(top_k=-1), dict(top_p=0.0), dict(top_p=1.5),
-    dict(min_p=-0.1), dict(min_p=2.0), dict(max_new_tokens=0),
+    dict(min_p=-0.1), dict(min_p=2.0), dict(max_new_tokens=0), dict(seed=-1), dict(seed=2**64),
 ])
 def test_absurd_settings_are_refused_with_a_message(bad):
     with pytest.raises(SamplingSettingsError, match="must be"):

@@ -266,6 +266,11 @@ def test_bad_input_raises_specific_errors(loaded):
         session.prefill("   ")
     with pytest.raises(PromptError, match="context window is 160 tokens"):
         session.prefill("x" * 200)
+    with pytest.raises(PromptError, match="token count is for shape-only mode"):
+        session.prefill(prompt_tokens=5)
+    with pytest.raises(PromptError, match="the limit is 10"):
+        InferenceSession(loaded, max_prompt_tokens=10).prefill("x" * 11, use_chat_template=False)
+    assert session.traces == []
 
 
 def test_decode_after_eos_is_refused(loaded):

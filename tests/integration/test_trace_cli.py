@@ -25,7 +25,7 @@ def test_shape_only_trace_prints_the_journey_of_layer_0(capsys):
 def test_embedded_trace_writes_every_step_as_json(embedded_model, capsys, tmp_path, monkeypatch):
     monkeypatch.setattr("explorer.runner.loading.load", lambda **kwargs: embedded_model)
     path = tmp_path / "trace.json"
-    assert main(["trace", "The capital of France is", "--steps", "3", "--json", str(path)]) == 0
+    assert main(["trace", "What is the capital of France?", "--steps", "3", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     assert "Q4_1 GGUF build de-quantised to float32" in out
     traces = [StepTrace.from_dict(step) for step in json.loads(path.read_text())]
@@ -33,13 +33,17 @@ def test_embedded_trace_writes_every_step_as_json(embedded_model, capsys, tmp_pa
     assert [t.kv[0].key_shape[2] for t in traces] == [traces[0].context_length + k for k in range(4)]
     for trace in traces:
         assert f"p={trace.sampling.token_prob:.3f}" in out
-    assert f"generated text: {''.join(t.token_text for t in traces)!r}" in out
+    text = "".join(t.token_text for t in traces)  # 4 greedy tokens: no special token among them
+    assert f"generated text: {text!r} [ended: max new tokens]" in out
 
 
 @pytest.mark.parametrize("argv, message", [
     (["trace", "hi", "--config", "no-such-model"], "neither a preset nor a config.json"),
     (["trace", "--config", "qwen3-0.6b", "--prompt-tokens", "0"], "at least one token"),
     (["trace", "hi", "--config", "qwen3-0.6b", "--top-p", "0"], "top-p must be in (0, 1]"),
+    (["trace", "hi", "--sample", "--seed", "99999999999999999999"], "seed must be"),
+    (["trace", "  "], "prompt is empty"),
+    (["trace", "hi", "--json", "/no/such/folder/trace.json"], "Cannot write the trace"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(argv, message, capsys):
     assert main(argv) == 2

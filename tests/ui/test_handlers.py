@@ -21,15 +21,15 @@ def test_prefill_then_decode_show_the_steps(loaded):
     session, status, text, rows, kv = on_prefill_click(loaded, "Hi!", 17, True, *GREEDY)
     T = len(session.traces[0].input_ids)
     assert status.startswith(f"**prefill**: {T} token(s) in, context n = {T}")
-    assert rows[0][:3] == ["tokenize", "tokenize", f"[3] -> [1, {T}]"]
+    assert rows[0][:3] == ["tokenize", "tokenize", f"text -> [1, {T}]"]
     assert rows[-1][0] == "detokenize" and rows[-1][4] == "-"
-    assert kv == f"- after prefill: K [1, 2, {T}, 10], {T * 2 * 10 * 4:,} bytes"
+    assert kv.splitlines()[-1] == f"- after prefill: K [1, 2, {T}, 10], {T * 2 * 10 * 4:,} bytes"
     same, status, text, rows, kv = on_decode_click(session, *GREEDY)
     assert same is session and len(session.traces) == 2
     assert status.startswith(f"**step 1**: 1 token(s) in, context n = {T + 1}")
     q_proj = next(row for row in rows if row[0] == "layers.0.attn.q_proj")
     assert q_proj[2] == f"[1, {T}, 48] -> [1, {T}, 60]" and q_proj[4] == "[1, 1, 48] -> [1, 1, 60]"
-    assert kv.splitlines()[1] == f"- after step 1: K [1, 2, {T + 1}, 10], {(T + 1) * 80:,} bytes"
+    assert kv.splitlines()[-1] == f"- after step 1: K [1, 2, {T + 1}, 10], {(T + 1) * 80:,} bytes"
     assert text == session.text
 
 
@@ -56,7 +56,23 @@ def test_absurd_sampling_is_a_toast_and_the_session_survives(loaded):
     assert len(session.traces) == 2
 
 
+@pytest.mark.parametrize("seed, max_new, message", [
+    (None, 8, "Fill in every sampling field"),
+    (0, None, "Fill in every sampling field"),
+    (99999999999999999999, 8, "seed must be"),
+])
+def test_empty_or_huge_numbers_are_a_toast(loaded, seed, max_new, message):
+    with pytest.warns(UserWarning, match=message):
+        assert _unchanged(on_prefill_click(loaded, "Hi!", 17, True, False, 1.0, 0, 1.0, 0.0, seed, max_new))
+
+
+def test_the_app_refuses_prompts_past_its_limit(loaded, monkeypatch):
+    monkeypatch.setattr("explorer.ui.handlers.APP_MAX_PROMPT_TOKENS", 20)
+    with pytest.warns(UserWarning, match="the limit is 20"):
+        assert _unchanged(on_prefill_click(loaded, "x" * 40, 17, False, *GREEDY))
+
+
 def test_shape_only_model_takes_a_token_count():
     session, status, *_ = on_prefill_click(load_shape_only("qwen3-0.6b"), "", 17, True, *GREEDY)
     assert session.traces[0].op("layers.0.attn.q_proj").output_shapes == [[1, 17, 2048]]
-    assert "context n = 17" in status
+    assert "context n = 17" in status and "shape-only mode has shapes but no values" in status
