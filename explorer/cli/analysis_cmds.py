@@ -15,8 +15,11 @@ from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.roofline import RooflinePoint, StepRoofline, standard_what_ifs, step_roofline
 from explorer.analysis.spec import ModelSpec
 from explorer.config import load_hf_config
+from explorer.errors import ConfigError
 
 _DTYPES = sorted(DTYPE_BITS)
+DEFAULT_CONTEXT = 4096
+DEFAULT_TOKENS = 512
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,9 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     roofline.add_argument("--config", required=True, help="preset name or path to a config.json")
     roofline.add_argument("--stage", choices=("prefill", "decode"), default="decode")
     roofline.add_argument("--batch", type=_positive, default=1, help="B, sequences in the batch")
-    roofline.add_argument("--context", type=_positive, default=4096,
-                          help="decode: n, cache positions after the step (includes the new token)")
-    roofline.add_argument("--tokens", type=_positive, default=512, help="prefill: T, prompt tokens")
+    roofline.add_argument("--context", type=_positive,
+                          help=f"decode: n, cache positions after the step (includes the new token; "
+                               f"default {DEFAULT_CONTEXT})")
+    roofline.add_argument("--tokens", type=_positive, help=f"prefill: T, prompt tokens (default {DEFAULT_TOKENS})")
     roofline.add_argument("--hardware", default="h100-sxm",
                           help=f"one of {', '.join(hardware_names())}, or a path to a JSON entry")
     roofline.add_argument("--weight-dtype", choices=_DTYPES, default="bf16")
@@ -56,8 +60,9 @@ def _positive(text: str) -> int:
 
 def run_roofline(args: argparse.Namespace) -> int:
     """Print the per-operator roofline table of one step and its total."""
-    spec = ModelSpec.from_hf_config(load_hf_config(args.config))
-    step = Step.prefill(args.tokens, args.batch) if args.stage == "prefill" else Step.decode(args.context, args.batch)
+    config = load_hf_config(args.config)
+    spec = ModelSpec.from_hf_config(config)
+    step = _step(args, config)
     options = CostOptions(
         precision=Precision(weights=args.weight_dtype, activations=args.act_dtype, kv=args.kv_dtype),
         merged_projections=args.merged, lm_head_all_positions=args.lm_head_all,
@@ -75,6 +80,23 @@ def run_roofline(args: argparse.Namespace) -> int:
     return 0
 
 
+def _step(args: argparse.Namespace, config: dict) -> Step:
+    """The step the flags describe, checked against the stage and the model's context window.
+
+    Raises:
+        ConfigError: a flag of the other stage, or more positions than the model's context window.
+    """
+    if args.stage == "prefill" and args.context is not None:
+        raise ConfigError("--context is for --stage decode; a prefill's context is its --tokens.")
+    if args.stage == "decode" and args.tokens is not None:
+        raise ConfigError("--tokens is for --stage prefill; a decode step has one token and a --context.")
+    positions = (args.tokens or DEFAULT_TOKENS) if args.stage == "prefill" else (args.context or DEFAULT_CONTEXT)
+    window = config.get("max_position_embeddings") or config.get("n_positions")
+    if window and positions > window:
+        raise ConfigError(f"{positions:,} positions exceed this model's context window of {window:,} tokens.")
+    return Step.prefill(positions, args.batch) if args.stage == "prefill" else Step.decode(positions, args.batch)
+
+
 def _roofline_header(config: str, result: StepRoofline) -> str:
     step, hw, p = result.step, result.hardware, result.precision
     peak, peak_dtype = hw.peak_flops_per_s(p.activations)
@@ -89,7 +111,7 @@ def _roofline_header(config: str, result: StepRoofline) -> str:
 
 def format_roofline_table(result: StepRoofline) -> str:
     """The roofline as a text table: operator, GFLOP, GB, FLOP/byte, bound, time lower bound (ms)."""
-    header = f"{'operator':<28}{'GFLOP':>12}{'GB':>10}{'FLOP/byte':>11}  {'bound':<8}{'time >= ms':>11}"
+    header = f"{'operator':<28}{'GFLOP':>12} {'GB':>9} {'FLOP/byte':>10}  {'bound':<8}{'time >= ms':>11}"
     lines = [header, "-" * len(header)]
     lines += [_row(point.cost.name, point) for point in result.points]
     lines.append("-" * len(header))
@@ -105,7 +127,7 @@ def format_roofline_table(result: StepRoofline) -> str:
 def _row(name: str, point: RooflinePoint, time_ms: float | None = None) -> str:
     cost = point.cost
     time_ms = point.time_lower_bound_s * 1e3 if time_ms is None else time_ms
-    return (f"{name:<28}{cost.flops / 1e9:>12.3f}{cost.bytes / 1e9:>10.3f}{point.arithmetic_intensity:>11.1f}  "
+    return (f"{name:<28}{cost.flops / 1e9:>12.3f} {cost.bytes / 1e9:>9.3f} {point.arithmetic_intensity:>10.1f}  "
             f"{point.bound:<8}{time_ms:>11.3f}")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from explorer.cli import main
 
 
@@ -53,3 +55,20 @@ def test_info_prints_dimensions_counts_and_kv_bytes(capsys):
 def test_unknown_config_is_a_one_line_error(capsys):
     assert main(["info", "--config", "no-such-model"]) == 2
     assert "neither a preset" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--context", "100000000"], "100,000,000 positions exceed this model's context window of 8,192"),
+    (["--stage", "prefill", "--tokens", "9000"], "9,000 positions exceed"),
+    (["--stage", "prefill", "--context", "5"], "--context is for --stage decode"),
+    (["--tokens", "5"], "--tokens is for --stage prefill"),
+])
+def test_roofline_refuses_sizes_the_model_cannot_run(capsys, argv, message):
+    assert main(["roofline", "--config", "llama-3-8b", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_roofline_columns_stay_apart_at_huge_batch(capsys):
+    text = run(capsys, "roofline", "--config", "llama-3-8b", "--batch", "1000000000")
+    total = next(line for line in text.splitlines() if line.startswith("step total")).split()
+    assert total[2:] == ["17181884416.000", "582781463.010", "29.5", "memory", "187490676.556"]
