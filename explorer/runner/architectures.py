@@ -32,10 +32,6 @@ LAYER_MODULES = {
     "mlp.down_proj": "mlp.down_proj",
 }
 
-# Blocks timed only to bound the stops between modules.
-LAYER_BLOCKS = {"block": "", "attn": "self_attn", "mlp": "mlp"}
-ACTIVATION_NAMES = ("act_fn", "activation_fn")
-
 _NAMES_BY_MODEL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -70,14 +66,8 @@ def stop_module_names(model: nn.Module) -> dict[nn.Module, str]:
 
 
 def layer_modules(layer: nn.Module) -> dict[str, nn.Module]:
-    """Hookable stops and timing blocks of one decoder layer, by canonical relative name.
-
-    Returns a dict with the stops of `LAYER_MODULES` the layer has, the blocks `block`, `attn`, `mlp`,
-    and `mlp.act_fn` (the activation module, timed into the `mlp.act` stop).
-    """
-    found = {name: _get(layer, path) for name, path in (LAYER_MODULES | LAYER_BLOCKS).items()}
-    for attr in ACTIVATION_NAMES:
-        found["mlp.act_fn"] = found.get("mlp.act_fn") or _get(layer, f"mlp.{attr}")
+    """The stops of `LAYER_MODULES` that one decoder layer has, by canonical relative name."""
+    found = {name: _get(layer, path) for name, path in LAYER_MODULES.items()}
     return {name: module for name, module in found.items() if module is not None}
 
 

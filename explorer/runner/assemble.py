@@ -2,9 +2,9 @@
 
 Stops that are modules or steps of the attention function were timed directly. The rest are
 bounded by their neighbours: RoPE runs between the last projection (or QK-norm) and the cache
-write; a residual add between the end of its branch and the next norm; the MLP activation between
-the last up projection and the down projection (plus the activation module where it runs earlier).
-Splitting into heads is a view: it launches no kernel, so its wall time is None.
+write; a residual add between the end of its branch and the next norm; the MLP activation in the
+gaps after the gate projection (Llama runs silu(gate) before the up projection) and before the down
+projection. Splitting into heads is a view: it launches no kernel, so its wall time is None.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def assemble_ops(
 
     Args:
         table: `explorer.stops.stop_table(...)` for this step.
-        events: the recorder's events, keyed by canonical name (and `layers.i.block|attn|mlp|mlp.act_fn`).
+        events: the recorder's events, keyed by canonical name.
         features: the model family's features.
         extra: stops measured by the session itself (tokenize, sample, detokenize).
 
@@ -65,6 +65,7 @@ class _LayerEvents:
 
     def __init__(self, events: dict[str, Event], layer: int) -> None:
         self.events, self.prefix = events, f"layers.{layer}."
+        self.next_layer_start = events.get(f"layers.{layer + 1}.input_norm") or events["final_norm"]
 
     def __getitem__(self, rel: str) -> Event:
         return self.events[self.prefix + rel]
@@ -113,13 +114,13 @@ def _attn_residual(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
     if features.sandwich_norms:
         branch_end, next_start = ev["post_attn_norm"].end, ev["pre_mlp_norm"].start
     else:
-        branch_end, next_start = ev["attn"].end, ev["post_attn_norm"].start
+        branch_end, next_start = ev["attn.o_proj"].end, ev["post_attn_norm"].start
     return _residual(name, kind, layer, ev["attn.o_proj"], _ms(branch_end, next_start))
 
 
 def _mlp_residual(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
-    branch = ev["post_mlp_norm"] if features.sandwich_norms else ev["mlp"]
-    return _residual(name, kind, layer, ev["mlp.down_proj"], _ms(branch.end, ev["block"].end))
+    branch = ev["post_mlp_norm"] if features.sandwich_norms else ev["mlp.down_proj"]
+    return _residual(name, kind, layer, ev["mlp.down_proj"], _ms(branch.end, ev.next_layer_start.start))
 
 
 def _residual(name, kind, layer, branch_out: Event, wall_ms: float) -> OpRecord:
@@ -129,11 +130,11 @@ def _residual(name, kind, layer, branch_out: Event, wall_ms: float) -> OpRecord:
 
 def _mlp_act(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
     down = ev["mlp.down_proj"]
-    up = ev["mlp.gate_up_proj"] if features.fused_gate_up else ev["mlp.up_proj"]
-    wall_ms = _ms(up.end, down.start)
-    act_fn = ev.get("mlp.act_fn")
-    if act_fn is not None and act_fn.end <= up.end:  # Llama runs silu(gate) before the up projection
-        wall_ms += _ms(act_fn.start, act_fn.end)
+    if features.fused_gate_up:
+        wall_ms = _ms(ev["mlp.gate_up_proj"].end, down.start)
+    else:
+        gate, up = ev["mlp.gate_proj"], ev["mlp.up_proj"]
+        wall_ms = _ms(gate.end, up.start) + _ms(up.end, down.start)
     shape = down.inputs[0]
     return OpRecord(name, kind, layer, [shape, shape], [shape], down.dtype, wall_ms)
 
