@@ -49,6 +49,16 @@ class Event:
     dtype: torch.dtype | None = None
 
 
+def _synced_clock(sync: Callable[[], None]) -> Callable[[], float]:
+    """`time.perf_counter` read after `sync()` (the device has finished its queued work)."""
+
+    def clock() -> float:
+        sync()
+        return time.perf_counter()
+
+    return clock
+
+
 class StepRecorder:
     """Collects the events and attention probabilities of one forward pass.
 
@@ -64,27 +74,12 @@ class StepRecorder:
         keep_attention: Callable[[int, Shape], bool] = lambda layer, shape: True,
         stop_after_layer: int | None = None,
     ) -> None:
-        self.sync = sync
+        self.clock = time.perf_counter if sync is None else _synced_clock(sync)
         self.keep_attention = keep_attention
         self.stop_after_layer = stop_after_layer
         self.events: dict[str, Event] = {}
         self.attention_shapes: dict[int, Shape] = {}
         self.attention: dict[int, np.ndarray] = {}
-
-    def clock(self) -> float:
-        """Seconds from `time.perf_counter`, after the device has finished queued work."""
-        if self.sync is not None:
-            self.sync()
-        return time.perf_counter()
-
-    def begin(self, key: str, inputs: list[torch.Size]) -> None:
-        self.events[key] = Event(self.clock(), inputs=inputs)
-
-    def end(self, key: str, output: torch.Tensor | None) -> None:
-        event = self.events[key]
-        event.end = self.clock()
-        if output is not None:
-            event.outputs, event.dtype = [output.shape], output.dtype
 
     def record(self, key: str, start: float, inputs: list[torch.Size], outputs: list[torch.Tensor]) -> float:
         """Store a stop that ran from `start` until now; returns now (the next stop's start)."""
@@ -183,16 +178,21 @@ def _hook_all(model: nn.Module, recorder: StepRecorder, handles: list) -> None:
     this model's stop modules, and only in the thread and context running this recorder's step."""
     names = stop_module_names(model)
 
+    events, clock = recorder.events, recorder.clock
+
     def before(module, args):
         key = names.get(module)
         if key is not None and _ACTIVE.get() is recorder:
-            recorder.begin(key, [args[0].shape] if args and isinstance(args[0], torch.Tensor) else [])
+            events[key] = Event(clock(), inputs=[args[0].shape] if args and isinstance(args[0], torch.Tensor) else [])
 
     def after(module, args, output):
         key = names.get(module)
         if key is not None and _ACTIVE.get() is recorder:
+            event = events[key]
+            event.end = clock()
             first = output[0] if isinstance(output, tuple) else output
-            recorder.end(key, first if isinstance(first, torch.Tensor) else None)
+            if isinstance(first, torch.Tensor):
+                event.outputs, event.dtype = [first.shape], first.dtype
 
     handles.append(register_module_forward_pre_hook(before))
     handles.append(register_module_forward_hook(after))
