@@ -15,7 +15,7 @@ import numpy as np
 Shape = list[int]
 
 
-@dataclass
+@dataclass(slots=True)
 class OpRecord:
     """One stop of the forward pass.
 

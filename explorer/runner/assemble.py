@@ -9,11 +9,14 @@ projection. Splitting into heads is a view: it launches no kernel, so its wall t
 
 from __future__ import annotations
 
+import torch
+
 from explorer.runner.hooks import Event
 from explorer.stops import ArchFeatures
 from explorer.trace import OpRecord
 
 _PROJECTIONS = ("q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "qkv_proj")
+_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 def assemble_ops(
@@ -34,29 +37,28 @@ def assemble_ops(
         RuntimeError: a stop of the table was not seen in the pass (a family the table misdescribes).
     """
     ops = []
+    layer_events: _LayerEvents | None = None
     for name, kind, layer in table:
         if name in extra:
             ops.append(extra[name])
             continue
-        ops.append(_plain(_build(name, kind, layer, events, features)))
+        if layer is not None and (layer_events is None or layer_events.layer != layer):
+            layer_events = _LayerEvents(events, layer)
+        builder = _DERIVED.get(name[len(layer_events.prefix):]) if layer is not None else None
+        if builder is not None:
+            ops.append(_plain(builder(name, kind, layer, layer_events, features)))
+        elif name in events:
+            ops.append(_plain(_from_event(name, kind, layer, events[name])))
+        else:
+            raise RuntimeError(f"stop {name} was not observed in the forward pass")
     return ops
-
-
-def _build(name: str, kind: str, layer: int | None, events: dict[str, Event], features: ArchFeatures) -> OpRecord:
-    rel = name.split(".", 2)[2] if layer is not None else name
-    builder = _DERIVED.get(rel)
-    if builder is not None:
-        return builder(name, kind, layer, _LayerEvents(events, layer), features)
-    if name in events:
-        return _from_event(name, kind, layer, events[name])
-    raise RuntimeError(f"stop {name} was not observed in the forward pass")
 
 
 def _plain(op: OpRecord) -> OpRecord:
     """Shapes as lists of ints and the dtype as a name ("float32"), as the trace holds them."""
     op.input_shapes = [list(shape) for shape in op.input_shapes]
     op.output_shapes = [list(shape) for shape in op.output_shapes]
-    op.dtype = str(op.dtype).removeprefix("torch.")
+    op.dtype = _DTYPE_NAMES.get(op.dtype) or str(op.dtype).removeprefix("torch.")
     return op
 
 
@@ -64,7 +66,7 @@ class _LayerEvents:
     """Events of one layer by relative name."""
 
     def __init__(self, events: dict[str, Event], layer: int) -> None:
-        self.events, self.prefix = events, f"layers.{layer}."
+        self.events, self.layer, self.prefix = events, layer, f"layers.{layer}."
         self.next_layer_start = events.get(f"layers.{layer + 1}.input_norm") or events["final_norm"]
 
     def __getitem__(self, rel: str) -> Event:
@@ -74,10 +76,9 @@ class _LayerEvents:
         return self.events.get(self.prefix + rel)
 
 
-def _from_event(name: str, kind: str, layer: int | None, event: Event, **override) -> OpRecord:
-    fields = dict(inputs=event.inputs, outputs=event.outputs, wall_ms=(event.end - event.start) * 1e3)
-    fields |= override
-    return OpRecord(name, kind, layer, fields["inputs"], fields["outputs"], event.dtype, fields["wall_ms"])
+def _from_event(name: str, kind: str, layer: int | None, event: Event, outputs: list | None = None) -> OpRecord:
+    return OpRecord(name, kind, layer, event.inputs, event.outputs if outputs is None else outputs, event.dtype,
+                    (event.end - event.start) * 1e3)
 
 
 def _ms(start: float, end: float) -> float:
