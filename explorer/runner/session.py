@@ -70,6 +70,7 @@ class InferenceSession:
         self._generator = torch.Generator().manual_seed(self.settings.seed)
         self._cache: DynamicCache | None = None
         self._detokenizer: IncrementalDetokenizer | None = None
+        self._failed_step: str | None = None  # a step that raised may have written part of the cache
 
     @property
     def finished(self) -> bool:
@@ -112,7 +113,7 @@ class InferenceSession:
         tokenize = OpRecord("tokenize", "tokenize", None, [], [[1, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
         self._cache = DynamicCache(config=self.loaded.model.config)
-        self.ids, self.generated, self.traces = list(ids), [], []
+        self.ids, self.generated, self.traces, self._failed_step = list(ids), [], [], None
         self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
         return self._step("prefill", ids, {"tokenize": tokenize})
 
@@ -120,10 +121,14 @@ class InferenceSession:
         """Feed the last chosen token through the model and choose the next one.
 
         Raises:
-            SessionStateError: no prefill yet, or generation has already ended.
+            SessionStateError: no prefill yet, generation has already ended, or the previous step
+                failed part-way (its cache may be half written).
         """
         if not self.traces:
             raise SessionStateError("Run the prefill first: a decode step continues a prompt.")
+        if self._failed_step is not None:
+            raise SessionStateError(f"The previous step failed ({self._failed_step}); its KV cache may be "
+                                    "half written. Run a new prefill.")
         if self.finished:
             reason = self.traces[-1].finish_reason
             raise SessionStateError(
@@ -202,7 +207,11 @@ class InferenceSession:
         input_ids = torch.tensor([new_ids], device=self.loaded.device)
         with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
             start = time.perf_counter()
-            output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=1)
+            try:
+                output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=1)
+            except Exception as exc:
+                self._failed_step = f"{type(exc).__name__}: {exc}"
+                raise
             wall_ms = (time.perf_counter() - start) * 1e3
         trace = self._trace(stage, new_ids, recorder, wall_ms)
         self._choose(trace, output.logits[0, -1], extra)

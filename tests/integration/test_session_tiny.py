@@ -203,6 +203,11 @@ def test_hooks_are_removed_when_the_forward_pass_raises(loaded, monkeypatch):
         session.decode_step()
     assert _hook_count(loaded.model) == 0
     assert loaded.model.config._attn_implementation != "explorer_eager"
+    monkeypatch.undo()
+    with pytest.raises(SessionStateError, match="previous step failed \\(RuntimeError: boom\\)"):
+        session.decode_step()
+    session.prefill(PROMPT)
+    assert session.decode_step().context_length == len(session.ids) - 1
 
 
 def test_two_sessions_on_one_model_do_not_mix(loaded):
