@@ -38,7 +38,7 @@ class StopForward(Exception):
 class Event:
     """One timed stop: wall-clock bounds in seconds (perf_counter), shapes (`torch.Size`) and dtype.
 
-    Kept as torch objects during the pass (converting ~800 of them per step costs time there);
+    Kept as torch objects during the pass (converting hundreds of them per step costs time there);
     `explorer.runner.assemble` turns them into plain lists and strings afterwards.
     """
 
