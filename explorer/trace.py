@@ -8,7 +8,7 @@ last-position logits and how the next token was chosen. It round-trips through J
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 

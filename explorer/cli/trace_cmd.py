@@ -114,4 +114,4 @@ def print_journey(traces: list[StepTrace], text: str) -> None:
 def _table(prefill: StepTrace, decode: StepTrace | None) -> str:
     rows = [JOURNEY_HEADER] + journey_rows(prefill, decode)
     widths = [max(len(row[i]) for row in rows) for i in range(len(JOURNEY_HEADER))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

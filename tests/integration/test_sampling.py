@@ -67,7 +67,7 @@ def test_stages_follow_generate_order_and_renormalise_over_kept_tokens():
 def test_every_filter_only_removes_tokens_and_the_draw_is_kept(logits, temperature, top_k, top_p, min_p, seed):
     settings = SamplingSettings(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     record = resample(np.array(logits, dtype=np.float32), [0], settings, seed)
-    for before, after in zip(record.stages, record.stages[1:]):
+    for before, after in zip(record.stages[:-1], record.stages[1:], strict=True):
         assert np.all(before.kept | ~after.kept)  # kept(after) is a subset of kept(before)
     assert record.final.kept.sum() >= 1
     assert record.final.kept[record.token_id]
