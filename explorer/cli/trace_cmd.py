@@ -19,10 +19,11 @@ def register(subparsers) -> None:
     """Add the `trace` command."""
     parser = subparsers.add_parser(
         "trace", help="trace the prefill and decode steps of one inference",
-        description="Run the prefill and a few decode steps, printing layer 0's stops with their shapes.",
+        description="Run the prefill and a few decode steps, printing one layer's stops with their shapes.",
     )
     parser.add_argument("prompt", nargs="?", help="the prompt (omit with --prompt-tokens in shape-only mode)")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="decode steps after the prefill")
+    parser.add_argument("--layer", type=int, default=0, help="which decoder layer's stops and K cache to print")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
     source.add_argument("--config", help="shape-only: a preset name or a config.json path (no weights)")
@@ -60,7 +61,9 @@ def run(args: argparse.Namespace) -> int:
                               system_prompt=args.system, prompt_tokens=args.prompt_tokens)]
     while len(traces) <= args.steps and not session.finished:
         traces.append(session.decode_step())
-    print_journey(traces, session.text)
+    if not 0 <= args.layer < len(traces[0].kv):
+        raise ExplorerError(f"--layer must be in 0..{len(traces[0].kv) - 1} for this model.")
+    print_journey(traces, session.text, args.layer)
     if args.json:
         _write_json(args.json, traces)
     return 0
@@ -95,14 +98,15 @@ def _write_json(path: Path, traces: list[StepTrace]) -> None:
     print(f"\nwrote {len(traces)} step traces to {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
-def print_journey(traces: list[StepTrace], text: str) -> None:
-    """Print the stop table, the layer-0 K cache per step, the chosen tokens and the generated text."""
+def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:
+    """Print one layer's stop table and K cache per step, the chosen tokens and the generated text."""
     prefill, decode = traces[0], traces[1] if len(traces) > 1 else None
     print(f"\nprefill: {len(prefill.input_ids)} tokens in {prefill.wall_ms:.1f} ms")
-    print(_table(prefill, decode))
-    print("\nlayer 0 K cache:")
+    print(_table(prefill, decode, layer))
+    print(f"\nlayer {layer} K cache:")
     for trace in traces:
-        print(f"  after {step_label(trace):<9} {shape_text(trace.kv[0].key_shape):<18} {trace.kv[0].key_bytes:>10,} B")
+        kv = trace.kv[layer]
+        print(f"  after {step_label(trace):<9} {shape_text(kv.key_shape):<18} {kv.key_bytes:>10,} B")
     print("\nchosen tokens:")
     for trace in traces:
         prob = f"p={trace.sampling.token_prob:.3f}" if trace.sampling else "(shape-only: no values)"
@@ -111,7 +115,7 @@ def print_journey(traces: list[StepTrace], text: str) -> None:
     print(f"\ngenerated text: {text!r}{ending}")
 
 
-def _table(prefill: StepTrace, decode: StepTrace | None) -> str:
-    rows = [JOURNEY_HEADER] + journey_rows(prefill, decode)
+def _table(prefill: StepTrace, decode: StepTrace | None, layer: int) -> str:
+    rows = [JOURNEY_HEADER] + journey_rows(prefill, decode, layer)
     widths = [max(len(row[i]) for row in rows) for i in range(len(JOURNEY_HEADER))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

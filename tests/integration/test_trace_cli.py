@@ -10,6 +10,13 @@ from explorer.cli import main
 from explorer.trace import StepTrace
 
 
+def test_another_layer_can_be_printed(capsys):
+    assert main(["trace", "--config", "qwen3-0.6b", "--prompt-tokens", "5", "--steps", "1", "--layer", "27"]) == 0
+    out = capsys.readouterr().out
+    assert "layers.27.attn.k_norm" in out and "layers.0." not in out
+    assert "layer 27 K cache:" in out and "after step 1    [1, 8, 6, 128]" in out
+
+
 def test_shape_only_trace_prints_the_journey_of_layer_0(capsys):
     assert main(["trace", "--config", "qwen3-0.6b", "--prompt-tokens", "17", "--steps", "1"]) == 0
     out = capsys.readouterr().out
@@ -43,6 +50,7 @@ def test_embedded_trace_writes_every_step_as_json(embedded_model, capsys, tmp_pa
     (["trace", "hi", "--config", "qwen3-0.6b", "--top-p", "0"], "top-p must be in (0, 1]"),
     (["trace", "hi", "--sample", "--seed", "99999999999999999999"], "seed must be"),
     (["trace", "  "], "prompt is empty"),
+    (["trace", "--config", "qwen3-0.6b", "--prompt-tokens", "3", "--layer", "28"], "--layer must be in 0..27"),
     (["trace", "hi", "--json", "/no/such/folder/trace.json"], "Cannot write the trace"),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(argv, message, capsys):
