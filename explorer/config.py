@@ -47,13 +47,26 @@ def load_hf_config(preset_or_path: str) -> dict:
             f"'{preset_or_path}' is neither a preset nor a config.json file. "
             f"Presets: {', '.join(preset_names())}."
         )
+    return read_json_object(path, "config fields")
+
+
+def read_json_object(path: Path, what: str) -> dict:
+    """The JSON object in the file at `path`.
+
+    Args:
+        path: the file.
+        what: what the object holds, for the error message ("config fields", "a hardware entry").
+
+    Raises:
+        ConfigError: the file cannot be read, is not JSON, or holds something other than an object.
+    """
     try:
-        config = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"Cannot read {path} as JSON: {exc}") from exc
-    if not isinstance(config, dict):
-        raise ConfigError(f"{path} holds JSON but not an object of config fields.")
-    return config
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} holds JSON but not one object of {what}.")
+    return data
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from explorer.analysis.hardware_catalogue import CATALOGUE
 from explorer.analysis.precision import canonical_dtype
+from explorer.config import read_json_object
 from explorer.errors import ConfigError
 
 THIS_MACHINE = "this-machine"
@@ -108,13 +108,7 @@ def load_hardware_file(path: str | Path) -> Hardware:
         ConfigError: unreadable file, not JSON, or an entry without sources.
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"Cannot read hardware file {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold one JSON object (a hardware entry).")
-    return hardware_from_dict(str(path), data)
+    return hardware_from_dict(str(path), read_json_object(path, "a hardware entry"))
 
 
 def hardware_names() -> list[str]:
