@@ -59,7 +59,7 @@ def on_prefill_click(loaded: LoadedModel, prompt: str, prompt_tokens: float, use
     placeholder tokens). Returns (session, *view)."""
     session = InferenceSession(loaded, settings_from(*sampling), max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
     if loaded.tokenizer is None:
-        session.prefill(prompt_tokens=int(prompt_tokens))
+        session.prefill(prompt_tokens=int(prompt_tokens or 0))  # an empty box: "needs at least one token"
     else:
         session.prefill(prompt, use_chat_template=use_chat_template)
     return (session, *view(session))

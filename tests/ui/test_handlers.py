@@ -76,3 +76,5 @@ def test_shape_only_model_takes_a_token_count():
     session, status, *_ = on_prefill_click(load_shape_only("qwen3-0.6b"), "", 17, True, *GREEDY)
     assert session.traces[0].op("layers.0.attn.q_proj").output_shapes == [[1, 17, 2048]]
     assert "context n = 17" in status and "shape-only mode has shapes but no values" in status
+    with pytest.warns(UserWarning, match="at least one token"):
+        assert _unchanged(on_prefill_click(load_shape_only("qwen3-0.6b"), "", None, True, *GREEDY))
