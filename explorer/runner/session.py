@@ -27,9 +27,10 @@ from explorer.runner.sampling import sample_next_token
 from explorer.stops import stop_table
 from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, StepTrace
 
-# Attention probabilities kept per step (float32). Beyond it a layer keeps its shape only and
-# `attention_probs` recomputes it; 64 MiB keeps a session of a 2k prompt within DESIGN.md's 300 MB.
-DEFAULT_ATTENTION_BUDGET_BYTES = 64 * 2**20
+# Attention probabilities a session keeps, all steps together (float32). Beyond it a layer keeps its
+# shape only (the oldest steps' matrices go first) and `attention_probs` recomputes it. 128 MiB keeps
+# a session of a 2,048-token prompt and 64 decode steps within DESIGN.md's 300 MB.
+DEFAULT_ATTENTION_BUDGET_BYTES = 128 * 2**20
 
 _MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
@@ -47,7 +48,8 @@ class InferenceSession:
     Args:
         loaded: the model, its tokenizer (None in shape-only mode) and its EOS ids.
         settings: sampling settings; `settings.seed` seeds this session's own generator.
-        attention_budget_bytes: attention probabilities kept per step, float32 bytes.
+        attention_budget_bytes: attention probabilities kept by the session, all steps together,
+            float32 bytes; the newest step is served first, older steps give theirs up.
         max_prompt_tokens: refuse longer prompts (a shared app keeps one prefill from holding the
             model for minutes); None allows up to the model's context window.
     """
@@ -218,7 +220,18 @@ class InferenceSession:
         trace.ops = assemble_ops(stop_table(self.features, len(trace.kv), stage), recorder.events,
                                  self.features, extra)
         self.traces.append(trace)
+        self._trim_attention()
         return trace
+
+    def _trim_attention(self) -> None:
+        """Drop kept attention matrices, oldest step first, until the session is within its budget."""
+        records = [r for t in self.traces for r in t.attention if r.probs is not None]
+        kept_bytes = sum(r.probs.nbytes for r in records)
+        for record in records:
+            if kept_bytes <= self.attention_budget_bytes:
+                break
+            kept_bytes -= record.probs.nbytes
+            record.probs = None
 
     def _trace(self, stage: str, new_ids: list[int], recorder: StepRecorder, wall_ms: float) -> StepTrace:
         kv = [

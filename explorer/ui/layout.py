@@ -13,6 +13,7 @@ from explorer.ui.handlers import on_decode_click, on_prefill_click
 
 EXAMPLE_PROMPT = "What is the capital of France?"
 MODEL_QUEUE = "model"  # every model-running event shares one queue
+SESSION_TTL_S = 3600  # a visitor's session (ids, KV cache, traces) is freed an hour after its last step
 
 
 def build_demo(loaded: LoadedModel) -> gr.Blocks:
@@ -20,7 +21,7 @@ def build_demo(loaded: LoadedModel) -> gr.Blocks:
     defaults = SamplingSettings()
     with gr.Blocks(title="LLM Inference Explorer") as demo:
         gr.Markdown(f"# LLM Inference Explorer\nModel: {loaded.description}")
-        session_state = gr.State(None)
+        session_state = gr.State(None, time_to_live=SESSION_TTL_S)
         with gr.Row():
             prompt_box = gr.Textbox(EXAMPLE_PROMPT, label="Prompt", elem_id="prompt-box", scale=4,
                                     visible=loaded.tokenizer is not None)

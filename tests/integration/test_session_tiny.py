@@ -170,6 +170,20 @@ def test_recomputed_attention_equals_the_kept_one(steps, loaded):
                                        atol=1e-5)
 
 
+def test_kept_attention_stays_within_the_session_budget_oldest_first(loaded):
+    layer_bytes = HQ * 30 * 30 * 4  # one prefill layer of a 30-token prompt
+    session = InferenceSession(loaded, attention_budget_bytes=2 * layer_bytes)
+    prefill = session.prefill("x" * 30, use_chat_template=False)
+    assert [r.probs is not None for r in prefill.attention] == [True, True, False]
+    for _ in range(3):
+        session.decode_step()
+    kept = [r.probs.nbytes for t in session.traces for r in t.attention if r.probs is not None]
+    assert sum(kept) <= 2 * layer_bytes
+    assert prefill.attention[0].probs is None  # the oldest matrix went first
+    assert all(r.probs is not None for r in session.traces[-1].attention)
+    np.testing.assert_allclose(session.attention_probs(0, 0).sum(-1), 1.0, atol=1e-5)
+
+
 def _hook_count(model) -> int:
     """Forward hooks on the model's modules plus process-wide module hooks."""
     from torch.nn.modules import module as torch_module
