@@ -6,11 +6,16 @@ Pure Python: no torch, no gradio.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
+import platformdirs
+
 from explorer.errors import ConfigError, SamplingSettingsError, UnknownPresetError
+
+CACHE_ENV_VAR = "EXPLORER_CACHE_DIR"
 
 # Each preset is the `config.json` published with these weights (copied verbatim into explorer/presets/).
 PRESET_SOURCES = {
@@ -22,6 +27,15 @@ PRESET_SOURCES = {
     "smollm2-135m": "HuggingFaceTB/SmolLM2-135M",
     "mistral-7b": "mistralai/Mistral-7B-v0.1",
 }
+
+
+def cache_dir() -> Path:
+    """The explorer's cache directory (converted model, machine probe): `$EXPLORER_CACHE_DIR` if set,
+    else `platformdirs.user_cache_dir("llm-inference-explorer")`. The folder may not exist yet."""
+    override = os.environ.get(CACHE_ENV_VAR)
+    if override:
+        return Path(override).expanduser()
+    return Path(platformdirs.user_cache_dir("llm-inference-explorer"))
 
 
 def preset_names() -> list[str]:

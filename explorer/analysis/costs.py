@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from explorer.analysis.layout import Linear, attention_linears, mlp_linears
 from explorer.analysis.records import (
-    CostOptions, OpCost, Step, elementwise_cost, linear_cost, norm_cost, stop_name,
+    CostOptions,
+    OpCost,
+    Step,
+    elementwise_cost,
+    linear_cost,
+    norm_cost,
+    stop_name,
 )
 from explorer.analysis.spec import ModelSpec
 

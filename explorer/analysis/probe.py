@@ -13,12 +13,11 @@ import logging
 import os
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
-import platformdirs
 
 from explorer.analysis.hardware import THIS_MACHINE, Hardware, hardware_from_dict
+from explorer.config import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +25,6 @@ CACHE_FILE = "this_machine.json"
 _MATMUL_SIZE = 1024
 _COPY_BYTES = 64 * 2**20
 _BUDGET_S = 0.4  # per measurement; the whole probe stays well under 3 s
-
-
-def cache_dir() -> Path:
-    """`$EXPLORER_CACHE_DIR`, else `platformdirs.user_cache_dir("llm-inference-explorer")`."""
-    return Path(os.environ.get("EXPLORER_CACHE_DIR") or platformdirs.user_cache_dir("llm-inference-explorer"))
 
 
 def _best_rate(work: float, run, budget_s: float = _BUDGET_S) -> float:

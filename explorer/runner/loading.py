@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from explorer.config import PRESET_SOURCES, load_hf_config
+from explorer.config import PRESET_SOURCES, cache_dir, load_hf_config
 from explorer.errors import ConfigError, ModelLoadError
 from explorer.runner import embedded
-from explorer.runner.embedded import Progress, cache_dir, report
+from explorer.runner.embedded import Progress, report
 from explorer.stops import features_for
 
 if TYPE_CHECKING:

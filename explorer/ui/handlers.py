@@ -18,7 +18,6 @@ from explorer.runner.loading import LoadedModel
 from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
 
-
 VIEW_OUTPUTS = 5  # session state, status, generated text, journey rows, KV-cache lines
 # A shared app refuses longer prompts: a 2k-token prefill takes seconds here, an 8k one minutes,
 # and every visitor waits in the same queue (DESIGN.md budgets a 2,048-token prompt).
