@@ -244,7 +244,7 @@ class InferenceSession:
                      for i, shape in sorted(recorder.attention_shapes.items())]
         return StepTrace(
             stage=stage, step_index=len(self.traces), input_ids=list(new_ids),
-            input_pieces=self._pieces(new_ids), context_length=self._cache.get_seq_length(),
+            input_pieces=self.pieces(new_ids), context_length=self._cache.get_seq_length(),
             ops=[], kv=kv, attention=attention, logits=None, sampling=None, wall_ms=wall_ms,
             device=str(self.loaded.device), shape_only=self.loaded.shape_only,
         )
@@ -283,7 +283,8 @@ class InferenceSession:
     def _has_text(self) -> bool:
         return self.loaded.tokenizer is not None and not self.loaded.shape_only
 
-    def _pieces(self, ids: list[int]) -> list[str]:
+    def pieces(self, ids: list[int]) -> list[str]:
+        """Each token id decoded alone (what a token chip shows); "" for each in shape-only mode."""
         if not self._has_text():
             return [""] * len(ids)
         return [self.loaded.tokenizer.decode([i]) for i in ids]

@@ -1,4 +1,8 @@
-"""The app in headless Chromium on the embedded model: prefill, decode steps, errors as toasts.
+"""The app in headless Chromium on the embedded model, driven as a person drives it.
+
+Type a prompt, Prefill, three Next token clicks and one keyboard shortcut, then check each view;
+switch layer, move the temperature, go back to step 1, and open a second page. Screenshots of
+every view are saved under artifacts/e2e/.
 
 Needs Debian's `chromium` (/usr/bin/chromium; `playwright install` cannot download a browser here).
 Without it these tests skip, unless EXPLORER_REQUIRE_BROWSER=1 (set by .ci/run) makes that a failure.
@@ -7,8 +11,10 @@ Without it these tests skip, unless EXPLORER_REQUIRE_BROWSER=1 (set by .ci/run) 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +25,26 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-s
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-first-run"]
 TIMEOUT_MS = 60_000
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
+PROMPT = "What is the capital of France?"
+GEMMS = {"attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
+         "mlp.down_proj", "lm_head"}
+TABS = {"journey": "Journey", "attention": "Attention", "kv_cache": "KV cache", "sampling": "Sampling",
+        "roofline": "Roofline"}
+PLOTS = {"journey": "journey-plot", "attention": "attention-plot", "kv_cache": "kv-plot",
+         "sampling": "sampling-plot", "roofline": "roofline-plot"}
+# What a test reads of a drawn figure: its meta marker, texts, and per trace the type, names and z rows
+# (a z sent as a base64 typed array stays {dtype, bdata, shape} in the graph's data).
+READ_FIGURE = """id => {
+  const g = document.querySelector('#' + id + ' .js-plotly-plot');
+  if (!g || !g.layout) return null;
+  const rows = z => !z ? null : Array.isArray(z) ? z.length : Number(String(z.shape).split(',')[0]);
+  const texts = [g.layout.title && g.layout.title.text, ...(g.layout.annotations || []).map(a => a.text)];
+  return {meta: g.layout.meta, texts: texts.filter(Boolean).join(' | '),
+          traces: g.data.map(t => ({type: t.type, name: t.name || '', rows: rows(t.z),
+                                    labels: [].concat(t.text || [], t.customdata || [], t.hovertext || [])
+                                      .map(String).join(' | ')}))};
+}"""
 
 
 def _free_port() -> int:
@@ -29,11 +55,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def app_url(embedded_model):
-    from explorer.ui.layout import build_demo
+    from explorer.ui.layout import build_demo, launch_options
 
     demo = build_demo(embedded_model)
     port = _free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, ssr_mode=False)
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **launch_options())
     yield f"http://127.0.0.1:{port}/"
     demo.close()
 
@@ -52,37 +79,115 @@ def browser():
         browser.close()
 
 
-@pytest.fixture
-def page(browser, app_url, tmp_path):
+@pytest.fixture(scope="module")
+def page(browser, app_url):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
     page.goto(app_url)
     yield page
-    page.screenshot(path=str(tmp_path / "last.png"), full_page=True)
     page.close()
 
 
-def test_prefill_then_next_token_updates_the_view(page):
+def show(page, view: str, step: int) -> dict:
+    """Open a view's tab, wait until its figure shows `step`, and return what is drawn."""
+    page.get_by_role("tab", name=TABS[view], exact=True).click()
+    page.wait_for_function(
+        """([id, step]) => { const g = document.querySelector('#' + id + ' .js-plotly-plot');
+                             return g && g.layout && g.layout.meta && g.layout.meta.step === step; }""",
+        arg=[PLOTS[view], step])
+    return page.evaluate(READ_FIGURE, PLOTS[view])
+
+
+def status(page) -> str:
+    return page.locator("#status").inner_text()
+
+
+def test_a_person_steps_through_prefill_and_four_decode_steps(page, embedded_model):
     from playwright.sync_api import expect
 
-    page.locator("#prompt-box textarea").fill("What is the capital of France?")
+    page.locator("#prompt-box textarea").fill(PROMPT)
     page.locator("#prefill-btn").click()
     expect(page.locator("#status")).to_contain_text("prefill", timeout=TIMEOUT_MS)
-    expect(page.locator("#kv-cache")).to_contain_text("after prefill: K [1, 3,")
-    for k in (1, 2):
+    T = int(re.search(r"(\d+) token\(s\) in", status(page)).group(1))
+    for k in (1, 2, 3):
         page.locator("#decode-btn").click()
         expect(page.locator("#status")).to_contain_text(f"step {k}: 1 token(s) in", timeout=TIMEOUT_MS)
-    expect(page.locator("#journey-table")).to_contain_text("[1, 1, 576] -> [1, 1, 192]")
-    expect(page.locator("#generated-text textarea")).to_have_value("The capital of")
+    page.locator("body").click(position={"x": 5, "y": 5})  # focus outside the text fields
+    page.keyboard.press("n")
+    expect(page.locator("#status")).to_contain_text(f"step 4: 1 token(s) in, context n = {T + 4}")
+    expect(page.locator("#token-strip .tok.prompt")).to_have_count(T)
+    expect(page.locator("#token-strip .tok.generated")).to_have_count(4)
+
+    journey = show(page, "journey", 4)
+    journey_text = journey["texts"] + " ".join(t["labels"] for t in journey["traces"])
+    assert f"[1, {T}, 576]" in journey_text and "[1, 1, 576]" in journey_text
+
+    attention = show(page, "attention", 4)
+    heatmaps = [t for t in attention["traces"] if t["type"] == "heatmap"]
+    assert len(heatmaps) == 9 and all(h["rows"] == T + 4 for h in heatmaps)
+
+    kv = show(page, "kv_cache", 4)
+    assert f"[1, 3, {T + 4}, 64]" in kv["texts"]
+
+    sampling = show(page, "sampling", 4)
+    drawn = page.locator("#token-strip .tok.next .piece").inner_text()
+    assert f"drawn '{drawn}'" in sampling["texts"]
+
+    roofline = show(page, "roofline", 4)
+    labels = " | ".join(t["labels"] for t in roofline["traces"])
+    assert all(gemm in labels for gemm in GEMMS), labels
+    for view in TABS:
+        show(page, view, 4)
+        page.screenshot(path=str(ARTIFACTS / f"{view}.png"), full_page=True)
 
 
-def test_errors_are_toasts_that_keep_the_view(page):
+def test_views_follow_the_controls_without_a_new_step(page):
+    before = status(page)
+    show(page, "journey", 4)
+    page.locator("#layer-slider input[type=number]").fill("5")
+    page.locator("#layer-slider input[type=number]").press("Enter")
+    page.wait_for_function("() => document.querySelector('#journey-plot .js-plotly-plot')"
+                           ".layout.title.text.includes('layer 5')")
+    show(page, "attention", 4)
+    page.wait_for_function("() => document.querySelector('#attention-plot .js-plotly-plot')"
+                           ".layout.title.text.includes('layer 5')")
+
+    old_title = show(page, "sampling", 4)["texts"].split(" | ")[0]
+    page.get_by_text("Sampling: greedy or sample").click()
+    page.locator("#temperature input[type=number]").fill("1.7")
+    page.locator("#temperature input[type=number]").press("Enter")
+    page.wait_for_function("old => document.querySelector('#sampling-plot .js-plotly-plot').layout.title.text"
+                           " !== old", arg=old_title)
+    sampling = show(page, "sampling", 4)
+    assert "temperature 1.7" in sampling["texts"] and status(page) == before  # redrawn, no new step
+
+    page.locator("#step-select input").click()
+    page.get_by_role("option", name="step 1", exact=True).click()
+    for view in TABS:
+        show(page, view, 1)
+    page.screenshot(path=str(ARTIFACTS / "back_to_step_1.png"), full_page=True)
+
+
+def test_a_second_page_has_its_own_session(browser, app_url, page):
     from playwright.sync_api import expect
 
-    page.locator("#decode-btn").click()
-    expect(page.get_by_test_id("toast-body").first).to_contain_text("Run the prefill first", timeout=TIMEOUT_MS)
-    page.locator("#prefill-btn").click()
-    expect(page.locator("#status")).to_contain_text("prefill", timeout=TIMEOUT_MS)
+    other = browser.new_page(viewport={"width": 1400, "height": 1000})
+    other.goto(app_url)
+    other.locator("#decode-btn").click()
+    expect(other.get_by_test_id("toast-body").first).to_contain_text("Run the prefill first", timeout=TIMEOUT_MS)
+    assert "step 4" in status(page)
+    other.close()
+
+
+def test_errors_are_messages_that_keep_the_view(page):
+    from playwright.sync_api import expect
+
+    before = status(page)
     page.locator("#prompt-box textarea").fill("   ")
     page.locator("#prefill-btn").click()
     expect(page.get_by_test_id("toast-body").last).to_contain_text("The prompt is empty", timeout=TIMEOUT_MS)
-    expect(page.locator("#status")).to_contain_text("prefill: ")
+    assert before in status(page)  # the status line gains an "Error" mark and keeps its text
+    expect(page.locator("#token-strip .tok.generated")).to_have_count(4)
+
+

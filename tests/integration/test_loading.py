@@ -8,7 +8,12 @@ import huggingface_hub.constants
 import pytest
 import torch
 from transformers import (
-    AutoModelForCausalLM, BertConfig, GenerationConfig, GPTNeoXConfig, LlamaConfig, LlamaForCausalLM,
+    AutoModelForCausalLM,
+    BertConfig,
+    GenerationConfig,
+    GPTNeoXConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
 )
 
 from explorer.errors import ConfigError, ModelLoadError, UnknownPresetError

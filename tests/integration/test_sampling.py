@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings as hyp_settings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from explorer.config import SamplingSettings
 from explorer.errors import SamplingSettingsError

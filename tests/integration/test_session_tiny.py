@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
+from tiny_models import DIMS, tiny_model
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from explorer.analysis.shapes import predict_shapes
@@ -17,7 +18,6 @@ from explorer.errors import PromptError, SessionStateError
 from explorer.runner.session import InferenceSession
 from explorer.stops import features_for, stop_table
 from explorer.trace import StepTrace
-from tiny_models import DIMS, tiny_model
 
 FAMILIES = ["llama", "qwen3", "qwen2", "mistral", "phi3", "gemma3_text"]
 D, HQ, HKV, DH, DFF, V = (DIMS[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",

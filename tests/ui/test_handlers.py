@@ -1,59 +1,115 @@
-"""The app's handlers on a tiny model: views from real steps, errors as toasts, nothing lost."""
+"""The app's handlers on a tiny model: five views from real steps, errors as `gr.Error`, nothing lost."""
 
 from __future__ import annotations
 
 import gradio as gr
 import pytest
-
-from explorer.runner.loading import load_shape_only
-from explorer.ui.handlers import on_decode_click, on_prefill_click
 from tiny_models import tiny_model
 
-GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
+from explorer.ui import handlers
+from explorer.ui.models import SHAPE_ONLY_PREFIX, ModelRegistry
+
+# do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
+GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)
+SAMPLED = (True, 0.8, 20, 0.9, 0.0, 3, 8)
+VIEW = (1, False, "h100-sxm")  # layer, average over heads, roofline hardware
 
 
 @pytest.fixture(scope="module")
-def loaded():
-    return tiny_model("llama")
+def registry():
+    return ModelRegistry(tiny_model("llama"))
 
 
-def test_prefill_then_decode_show_the_steps(loaded):
-    session, status, text, rows, kv = on_prefill_click(loaded, "Hi!", 17, True, *GREEDY)
-    T = len(session.traces[0].input_ids)
-    assert status.startswith(f"**prefill**: {T} token(s) in, context n = {T}")
-    assert rows[0][:3] == ["tokenize", "tokenize", f"text -> [1, {T}]"]
-    assert rows[-1][0] == "detokenize" and rows[-1][4] == "-"
-    assert kv.splitlines()[-1] == f"- after prefill: K [1, 2, {T}, 10], {T * 2 * 10 * 4:,} bytes"
-    same, status, text, rows, kv = on_decode_click(session, *GREEDY)
-    assert same is session and len(session.traces) == 2
-    assert status.startswith(f"**step 1**: 1 token(s) in, context n = {T + 1}")
-    q_proj = next(row for row in rows if row[0] == "layers.0.attn.q_proj")
-    assert q_proj[2] == f"[1, {T}, 48] -> [1, {T}, 60]" and q_proj[4] == "[1, 1, 48] -> [1, 1, 60]"
-    assert kv.splitlines()[-1] == f"- after step 1: K [1, 2, {T + 1}, 10], {(T + 1) * 80:,} bytes"
-    assert text == session.text
+def prefill(registry, prompt="Hi there!", sampling=GREEDY, choice=None, prompt_tokens=17):
+    return handlers.on_prefill_click(registry, choice or registry.default_choice, "", prompt, prompt_tokens,
+                                     False, "", *sampling, *VIEW)
 
 
-def _unchanged(outputs) -> bool:
-    return len(outputs) == 5 and all(output == gr.skip() for output in outputs)
+def meta(figure) -> dict:
+    return figure.layout.meta
 
 
-def test_decode_before_prefill_is_a_toast():
-    with pytest.warns(UserWarning, match="prefill first"):
-        assert _unchanged(on_decode_click(None, *GREEDY))
+def test_prefill_draws_five_views_of_step_zero(registry):
+    visit, status, strip, text, steps, layer, *figures = prefill(registry)
+    T = len(visit.traces[0].input_ids)
+    assert f"**prefill**: {T} token(s) in, context n = {T}" in status
+    assert strip.count('class="tok prompt') == T and strip.count('class="tok next"') == 1
+    assert steps["choices"] == [("prefill", 0)] and steps["value"] == 0
+    assert layer["maximum"] == 2 and layer["value"] == 1
+    assert [meta(f) for f in figures] == [{"view": v, "step": 0} for v in
+                                          ("journey", "attention", "kv_cache", "sampling", "roofline")]
 
 
-def test_empty_prompt_is_a_toast(loaded):
-    with pytest.warns(UserWarning, match="empty"):
-        assert _unchanged(on_prefill_click(loaded, "  ", 17, True, *GREEDY))
+def test_decode_steps_grow_the_attention_and_the_cache(registry):
+    visit, *_ = prefill(registry)
+    T = len(visit.traces[0].input_ids)
+    for _ in range(3):
+        visit, status, strip, text, steps, layer, *figures = handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    assert f"**step 3**: 1 token(s) in, context n = {T + 3}" in status
+    assert [label for label, _ in steps["choices"]] == ["prefill", "step 1", "step 2", "step 3"]
+    heatmaps = [trace for trace in figures[1].data if trace.type == "heatmap"]
+    assert len(heatmaps) == 6  # one panel per query head of the tiny model
+    assert all(heatmap.z.shape == (T + 3, T + 3) for heatmap in heatmaps)
+    assert all(meta(f)["step"] == 3 for f in figures)
+    assert text == visit.session.text
 
 
-def test_absurd_sampling_is_a_toast_and_the_session_survives(loaded):
-    session, *_ = on_prefill_click(loaded, "Hi!", 17, True, *GREEDY)
-    with pytest.warns(UserWarning, match="temperature must be"):
-        assert _unchanged(on_decode_click(session, True, 0.0, 0, 1.0, 0.0, 0, 8))
-    assert len(session.traces) == 1
-    session, *_ = on_decode_click(session, *GREEDY)
-    assert len(session.traces) == 2
+def test_run_n_tokens_redraws_after_each_and_stops_at_max_new_tokens(registry):
+    visit, *_ = prefill(registry)
+    outputs = list(handlers.on_run_click(visit, 20, *GREEDY, *VIEW))
+    assert len(outputs) == 7  # prefill chose token 1 of 8; seven decode steps choose the rest
+    assert [meta(out[6])["step"] for out in outputs] == list(range(1, 8))
+    assert visit.session.finished and "Generation ended (max new tokens)" in outputs[-1][1]
+
+
+def test_going_back_to_a_step_redraws_it_without_running_the_model(registry):
+    visit, *_ = prefill(registry)
+    for _ in range(3):
+        handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    ids = list(visit.session.ids)
+    figures = handlers.on_view_change(visit, 1, 0, True, "h100-sxm")
+    assert [meta(f)["step"] for f in figures] == [1] * 5
+    averaged = [trace for trace in figures[1].data if trace.type == "heatmap"]
+    assert len(averaged) == 1 and averaged[0].z.shape[0] == len(visit.traces[0].input_ids) + 1
+    assert visit.session.ids == ids and len(visit.traces) == 4
+
+
+def test_moving_a_sampling_slider_resamples_the_stored_logits(registry):
+    visit, *views = prefill(registry, sampling=SAMPLED)
+    before = views[-2]
+    ids = list(visit.session.ids)
+    after = handlers.on_sampling_change(visit, 0, True, 2.0, 5, 0.9, 0.0, 3, 8)
+    assert before.to_json() != after.to_json() and meta(after) == {"view": "sampling", "step": 0}
+    assert visit.session.ids == ids and len(visit.traces) == 1  # the model did not run
+
+
+def test_decode_before_prefill_is_an_error_message():
+    with pytest.raises(gr.Error, match="Run the prefill first"):
+        handlers.on_decode_click(None, *GREEDY, *VIEW)
+    with pytest.raises(gr.Error, match="Run the prefill first"):
+        list(handlers.on_run_click(None, 3, *GREEDY, *VIEW))
+
+
+@pytest.mark.parametrize("count", [0, None, 10_000])
+def test_run_n_tokens_out_of_range_is_an_error_message(registry, count):
+    visit, *_ = prefill(registry)
+    with pytest.raises(gr.Error, match="between 1 and 256"):
+        list(handlers.on_run_click(visit, count, *GREEDY, *VIEW))
+    assert len(visit.traces) == 1
+
+
+def test_empty_prompt_is_an_error_message(registry):
+    with pytest.raises(gr.Error, match="empty"):
+        prefill(registry, prompt="  ")
+
+
+def test_absurd_sampling_is_an_error_and_the_session_survives(registry):
+    visit, *_ = prefill(registry)
+    with pytest.raises(gr.Error, match="temperature must be"):
+        handlers.on_decode_click(visit, True, 0.0, 0, 1.0, 0.0, 0, 8, *VIEW)
+    assert len(visit.traces) == 1
+    visit, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    assert len(visit.traces) == 2
 
 
 @pytest.mark.parametrize("seed, max_new, message", [
@@ -61,20 +117,38 @@ def test_absurd_sampling_is_a_toast_and_the_session_survives(loaded):
     (0, None, "Fill in every sampling field"),
     (99999999999999999999, 8, "seed must be"),
 ])
-def test_empty_or_huge_numbers_are_a_toast(loaded, seed, max_new, message):
-    with pytest.warns(UserWarning, match=message):
-        assert _unchanged(on_prefill_click(loaded, "Hi!", 17, True, False, 1.0, 0, 1.0, 0.0, seed, max_new))
+def test_empty_or_huge_numbers_are_an_error_message(registry, seed, max_new, message):
+    with pytest.raises(gr.Error, match=message):
+        prefill(registry, sampling=(False, 1.0, 0, 1.0, 0.0, seed, max_new))
 
 
-def test_the_app_refuses_prompts_past_its_limit(loaded, monkeypatch):
+def test_the_app_refuses_prompts_past_its_limit(registry, monkeypatch):
     monkeypatch.setattr("explorer.ui.handlers.APP_MAX_PROMPT_TOKENS", 20)
-    with pytest.warns(UserWarning, match="the limit is 20"):
-        assert _unchanged(on_prefill_click(loaded, "x" * 40, 17, False, *GREEDY))
+    with pytest.raises(gr.Error, match="the limit is 20"):
+        prefill(registry, prompt="x" * 40)
 
 
-def test_shape_only_model_takes_a_token_count():
-    session, status, *_ = on_prefill_click(load_shape_only("qwen3-0.6b"), "", 17, True, *GREEDY)
-    assert session.traces[0].op("layers.0.attn.q_proj").output_shapes == [[1, 17, 2048]]
-    assert "context n = 17" in status and "shape-only mode has shapes but no values" in status
-    with pytest.warns(UserWarning, match="at least one token"):
-        assert _unchanged(on_prefill_click(load_shape_only("qwen3-0.6b"), "", None, True, *GREEDY))
+def test_a_shape_only_model_takes_a_token_count_and_has_no_values(registry):
+    choice = SHAPE_ONLY_PREFIX + "qwen3-0.6b"
+    visit, status, *_, journey, attention, kv, sampling, roofline = prefill(registry, prompt="", choice=choice)
+    assert visit.traces[0].op("layers.0.attn.q_proj").output_shapes == [[1, 17, 2048]]
+    assert "shape-only mode has shapes but no values" in status
+    assert "Shape-only mode" in attention.layout.annotations[0].text
+    assert "Shape-only mode" in sampling.layout.annotations[0].text
+    assert meta(roofline) == {"view": "roofline", "step": 0} and len(roofline.data) > 2
+    with pytest.raises(gr.Error, match="at least one token"):
+        prefill(registry, prompt="", choice=choice, prompt_tokens=None)
+
+
+def test_an_unknown_model_is_an_error_message(registry):
+    with pytest.raises(gr.Error, match="no-such-org/no-such-model"):
+        handlers.on_prefill_click(registry, registry.default_choice, "no-such-org/no-such-model", "Hi", 17,
+                                  False, "", *GREEDY, *VIEW)
+
+
+def test_reset_forgets_the_session(registry):
+    visit, *_ = prefill(registry)
+    state, status, strip, text, steps, layer, *figures = handlers.on_reset_click()
+    assert state is None and status == strip == text == "" and steps["choices"] == []
+    assert [meta(f) for f in figures] == [{"view": v, "step": None} for v in
+                                          ("journey", "attention", "kv_cache", "sampling", "roofline")]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from analysis_configs import GEMMA3_1B, GPT2, MIXTRAL_8X7B, PHI3_MINI, QWEN3_30B_A3B, QWEN25_05B
 
 from explorer.analysis.kv_cache import kv_bytes_per_token, kv_bytes_per_token_per_layer, kv_cache_size
 from explorer.analysis.params import param_counts
 from explorer.analysis.spec import ModelSpec
 from explorer.config import load_hf_config
 from explorer.errors import ConfigError
-from analysis_configs import GEMMA3_1B, GPT2, MIXTRAL_8X7B, PHI3_MINI, QWEN3_30B_A3B, QWEN25_05B
 
 
 def spec_of(preset_or_config) -> ModelSpec:

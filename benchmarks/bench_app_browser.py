@@ -1,0 +1,79 @@
+"""The app in headless Chromium on the embedded model: click "Next token" -> the visible figure and
+the status redrawn, and the bytes the browser receives per step (prints; never asserts a time).
+
+For each view tab, `--steps` clicks on Next token with that tab open; the time is from the click
+to the moment the tab's figure carries the new step in `layout.meta` and the status names it.
+Bytes are what Chromium's network layer reports received (Network.dataReceived over CDP) between
+the click and that moment: the whole event stream of the step, all five figures included.
+Targets (DESIGN.md): p50 <= 1.0 s per click, <= 500 KB per step.
+
+Run: python benchmarks/bench_app_browser.py [--steps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import time
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from playwright.sync_api import sync_playwright
+
+from explorer.runner.loading import load_model
+from explorer.ui.layout import PLOT_IDS, VIEW_TITLES, build_demo, launch_options
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+SHOWS_STEP = """([id, step]) => { const g = document.querySelector('#' + id + ' .js-plotly-plot');
+                 return g && g.layout && g.layout.meta && g.layout.meta.step === step
+                        && document.querySelector('#status').innerText.includes('step ' + step + ':'); }"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=8, help="clicks per view (5 views x steps <= 63, the app's "
+                        "default max new tokens)")
+    args = parser.parse_args()
+    demo = build_demo(load_model())
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options())
+    received = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        cdp = page.context.new_cdp_session(page)
+        cdp.send("Network.enable")
+        cdp.on("Network.dataReceived", lambda event: received.append(event["dataLength"]))
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.locator("#prefill-btn").click()
+        page.wait_for_function("() => document.querySelector('#status').innerText.includes('prefill:')")
+        step = 0
+        print(f"{'view':<10} {'p50 s':>7} {'max s':>7} {'KB/step p50':>12} {'KB/step max':>12}")
+        for view, plot_id in PLOT_IDS.items():
+            page.get_by_role("tab", name=VIEW_TITLES[view], exact=True).click()
+            times, sizes = [], []
+            for _ in range(args.steps):
+                step += 1
+                received.clear()
+                start = time.perf_counter()
+                page.locator("#decode-btn").click()
+                page.wait_for_function(SHOWS_STEP, arg=[plot_id, step], timeout=60_000)
+                times.append(time.perf_counter() - start)
+                sizes.append(sum(received) / 1e3)
+            print(f"{view:<10} {statistics.median(times):7.2f} {max(times):7.2f} "
+                  f"{statistics.median(sizes):12.1f} {max(sizes):12.1f}")
+        browser.close()
+    demo.close()
+
+
+if __name__ == "__main__":
+    main()

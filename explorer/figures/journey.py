@@ -1,0 +1,204 @@
+"""The journey view: the stops of one decoder layer (and those outside the layers), prefill beside a
+decode step, with shapes, wall time, and on hover each stop's formula and weight shape.
+
+Four columns share one row per stop, in execution order top to bottom: the prefill's input -> output
+shapes, its wall time, then the same for the decode step. Rows are tinted by operator kind.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from explorer.figures.theme import base_layout, kind_colour
+from explorer.journey import ms_text, shape_text, step_label
+from explorer.trace import OpRecord, StepTrace
+
+ROW_PX = 26
+MIN_BAR_MS = 1e-3  # a stop faster than this (or a view, None) draws as a stub
+MAX_FLOW_CHARS = 68  # what a shape column holds at 1400 px; the hover has the full text
+NORM = ("x̂ = x / √(mean(x²) + ε) ⊙ γ", "[B, T, d] → [B, T, d]", "γ [d]")
+RESIDUAL = "[B, T, d] [B, T, d] → [B, T, d]"
+# Relative stop name → (formula, shapes in symbols, weight in symbols or None). Symbols: shared/DOMAIN.md.
+STOP_DOCS = {
+    "tokenize": ("text → token ids (chat template, then the tokenizer)", "text → [B, T]", None),
+    "embed": ("x_t = E[id_t]: a row lookup, no arithmetic", "[B, T] → [B, T, d]", "E [V, d]"),
+    "input_norm": NORM, "post_attn_norm": NORM, "pre_mlp_norm": NORM, "post_mlp_norm": NORM, "final_norm": NORM,
+    "attn.q_proj": ("Q = X · W_qᵀ", "[B, T, d] → [B, T, h_q·d_h]", "W_q [h_q·d_h, d]"),
+    "attn.k_proj": ("K = X · W_kᵀ", "[B, T, d] → [B, T, h_kv·d_h]", "W_k [h_kv·d_h, d]"),
+    "attn.v_proj": ("V = X · W_vᵀ", "[B, T, d] → [B, T, h_kv·d_h]", "W_v [h_kv·d_h, d]"),
+    "attn.qkv_proj": ("[Q K V] = X · W_qkvᵀ", "[B, T, d] → [B, T, (h_q+2·h_kv)·d_h]",
+                      "W_qkv [(h_q+2·h_kv)·d_h, d]"),
+    "attn.q_norm": ("q̂ = RMSNorm(q) over d_h, per head", "[B, T, h_q, d_h] → same", "γ [d_h]"),
+    "attn.k_norm": ("k̂ = RMSNorm(k) over d_h, per head", "[B, T, h_kv, d_h] → same", "γ [d_h]"),
+    "attn.split_heads": ("view [B, T, h·d_h] as [B, h, T, d_h] (no copy, no kernel)",
+                         "[B, T, h_q·d_h] [B, T, h_kv·d_h]×2 → [B, h_q, T, d_h] [B, h_kv, T, d_h]×2", None),
+    "attn.rope": ("q' = q·cos + rotate_half(q)·sin, the same for k (not v)",
+                  "[B, h_q, T, d_h] [B, h_kv, T, d_h] → same", None),
+    "attn.kv_cache_write": ("K_cache = [K_cache; K], V_cache = [V_cache; V]",
+                            "[B, h_kv, T, d_h]×2 → [B, h_kv, n, d_h]×2", None),
+    "attn.gqa_expand": ("repeat each K and V head g = h_q / h_kv times",
+                        "[B, h_kv, n, d_h]×2 → [B, h_q, n, d_h]×2", None),
+    "attn.scores": ("S = Q·Kᵀ / √d_h + causal mask", "[B, h_q, T, d_h] [B, h_q, n, d_h] → [B, h_q, T, n]", None),
+    "attn.softmax": ("P = softmax(S) along each row (float32)", "[B, h_q, T, n] → [B, h_q, T, n]", None),
+    "attn.weighted_sum": ("O = P · V", "[B, h_q, T, n] [B, h_q, n, d_h] → [B, h_q, T, d_h]", None),
+    "attn.merge_heads": ("O: [B, h_q, T, d_h] → [B, T, h_q·d_h]", "[B, h_q, T, d_h] → [B, T, h_q·d_h]", None),
+    "attn.o_proj": ("Y = O · W_oᵀ", "[B, T, h_q·d_h] → [B, T, d]", "W_o [d, h_q·d_h]"),
+    "attn_residual": ("x = x + attn(x)", RESIDUAL, None),
+    "mlp.gate_proj": ("G = X · W_gateᵀ", "[B, T, d] → [B, T, d_ff]", "W_gate [d_ff, d]"),
+    "mlp.up_proj": ("U = X · W_upᵀ", "[B, T, d] → [B, T, d_ff]", "W_up [d_ff, d]"),
+    "mlp.gate_up_proj": ("[G U] = X · W_gate_upᵀ", "[B, T, d] → [B, T, 2·d_ff]", "W_gate_up [2·d_ff, d]"),
+    "mlp.act": ("A = silu(gate) ⊙ up (SwiGLU; Gemma 3: gelu)", "[B, T, d_ff]×2 → [B, T, d_ff]", None),
+    "mlp.down_proj": ("Y = A · W_downᵀ", "[B, T, d_ff] → [B, T, d]", "W_down [d, d_ff]"),
+    "mlp_residual": ("x = x + mlp(x)", RESIDUAL, None),
+    "lm_head": ("logits = x_last · W_lmᵀ (last position only)", "[B, 1, d] → [B, 1, V]", "W_lm [V, d]"),
+    "sample": ("next id: processors (temperature, top-k, top-p, min-p) then a draw, or argmax",
+               "[B, V] → [B]", None),
+    "detokenize": ("id → text piece (may be an incomplete UTF-8 character)", "[B] → text", None),
+}
+
+
+def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> go.Figure:
+    """The stops of decoder layer `layer` and every stop outside the layers, prefill beside decode.
+
+    Rows are the prefill's stops in execution order (top to bottom); each column pair shows input ->
+    output shapes and wall time (ms). Hovering a row gives the stop's formula, shapes in symbols and
+    numbers, weight shape ([out_features, in_features] for a GEMM, [d] for a norm, [V, d] for the
+    embedding) and wall time.
+
+    Args:
+        prefill: the prefill step's trace.
+        decode: the decode step shown beside it, or None before the first decode step.
+        layer: the decoder layer whose stops are shown (0-based).
+
+    Raises:
+        ValueError: the prefill has no stop in layer `layer`.
+    """
+    rows = [op for op in prefill.ops if op.layer in (None, layer)]
+    if not any(op.layer == layer for op in rows):
+        raise ValueError(f"The prefill has no stops in layer {layer}.")
+    names = [op.name for op in rows]
+    decode_ops = {op.name: op for op in decode.ops} if decode else {}
+    vocab = _vocab(prefill)
+    fig = make_subplots(rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012,
+                        column_widths=[0.38, 0.12, 0.38, 0.12],
+                        subplot_titles=[_column_title(prefill), "wall time",
+                                        _column_title(decode) if decode else "decode", "wall time" if decode else ""])
+    _add_column(fig, rows, vocab, 1, show_legend=True)
+    if decode is None:
+        fig.add_annotation(text="run a decode step", showarrow=False, x=sum(fig.layout.xaxis3.domain) / 2,
+                           y=0.5, xref="paper", yref="paper", font={"size": 15, "color": "#777777"})
+    else:
+        _add_column(fig, [decode_ops.get(name) or _absent(name) for name in names], vocab, 3, show_legend=False)
+    _style_axes(fig, rows, [prefill, decode] if decode else [prefill])
+    step = decode.step_index if decode else 0
+    base_layout(fig, "journey", step, f"Journey through layer {layer}: shapes and wall time at every stop",
+                height=ROW_PX * len(rows) + 220)
+    fig.update_layout(margin={"l": 150, "r": 20, "t": 90, "b": 120}, bargap=0.15, hovermode="closest",
+                      legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom",
+                              "x": 0, "title": {"text": "operator kind"}})
+    return fig
+
+
+def _add_column(fig: go.Figure, ops: list[OpRecord], vocab: int, col: int, show_legend: bool) -> None:
+    """Shape text in column `col` (tinted by kind, the whole row hoverable) and wall-time bars in `col + 1`."""
+    for kind in dict.fromkeys(op.kind for op in ops if op.kind):
+        members = [op for op in ops if op.kind == kind]
+        hover = [_hover(op, vocab) for op in members]
+        y = [op.name for op in members]
+        common = {"y": y, "orientation": "h", "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>",
+                  "legendgroup": kind, "name": kind, "marker": {"color": kind_colour(kind)}}
+        fig.add_trace(go.Bar(x=[1.0] * len(members), opacity=0.28, showlegend=False, **common), 1, col)
+        walls = [max(op.wall_ms or 0.0, MIN_BAR_MS) for op in members]
+        fig.add_trace(go.Bar(x=walls, text=[ms_text(op) for op in members], textposition="outside",
+                             cliponaxis=False, showlegend=show_legend, **common), 1, col + 1)
+    fig.add_trace(go.Scatter(x=[0.015] * len(ops), y=[op.name for op in ops], mode="text",
+                             text=[_fit(_flow(op)) for op in ops], textposition="middle right",
+                             textfont={"family": "monospace", "size": 11}, hoverinfo="skip",
+                             showlegend=False), 1, col)
+
+
+def _style_axes(fig: go.Figure, rows: list[OpRecord], traces: list[StepTrace]) -> None:
+    """Rows in execution order top to bottom, labelled without the `layers.i.` prefix (the title says
+    which layer); log wall-time axes with room for the bar labels."""
+    names = [op.name for op in rows]
+    labels = [_relative(op) for op in rows]
+    fig.update_yaxes(categoryorder="array", categoryarray=names, tickvals=names, ticktext=labels,
+                     autorange="reversed", showgrid=False, tickfont={"family": "monospace", "size": 12})
+    for col in (1, 3):
+        fig.update_xaxes(range=[0, 1], visible=False, col=col)
+    for col, trace in zip((2, 4), traces, strict=False):
+        longest = max((op.wall_ms or 0.0 for op in trace.ops), default=0.0)
+        top = math.log10(max(longest, MIN_BAR_MS)) + 1.2  # room for the "12.34" label past the longest bar
+        decades = list(range(round(math.log10(MIN_BAR_MS)), math.floor(top) + 1, 2))
+        fig.update_xaxes(type="log", range=[math.log10(MIN_BAR_MS), top], title_text="ms (log scale)",
+                         tickvals=[10.0**k for k in decades], ticktext=[f"{10.0**k:g}" for k in decades],
+                         tickangle=0, col=col)
+
+
+def _column_title(trace: StepTrace) -> str:
+    return f"{step_label(trace)}: in → out (T={len(trace.input_ids)}, n={trace.context_length})"
+
+
+def _absent(name: str) -> OpRecord:
+    """A placeholder row for a stop the decode step lacks (tokenize: its input is already an id)."""
+    return OpRecord(name, "", None, [], [], "", None)
+
+
+def _flow(op: OpRecord) -> str:
+    """`[1, 35, 576] → [1, 35, 192]`, runs of equal shapes written once with ×k (K and V)."""
+    if not op.kind:
+        return "(not in this step)"
+    return f"{_shapes(op.input_shapes) or 'text'} → {_shapes(op.output_shapes) or 'text'}"
+
+
+def _fit(text: str) -> str:
+    return text if len(text) <= MAX_FLOW_CHARS else text[: MAX_FLOW_CHARS - 1] + "…"
+
+
+def _shapes(shapes: list[list[int]]) -> str:
+    parts: list[list] = []
+    for shape in shapes:
+        if parts and parts[-1][0] == shape:
+            parts[-1][1] += 1
+        else:
+            parts.append([shape, 1])
+    return " ".join(shape_text(shape) + (f"×{count}" if count > 1 else "") for shape, count in parts)
+
+
+def _relative(op: OpRecord) -> str:
+    """`attn.q_proj` for `layers.4.attn.q_proj`; a stop outside the layers keeps its name."""
+    return op.name.split(".", 2)[-1] if op.layer is not None else op.name
+
+
+def _vocab(trace: StepTrace) -> int:
+    return trace.op("lm_head").output_shapes[0][-1]
+
+
+def weight_shape(op: OpRecord, vocab: int) -> list[int] | None:
+    """The weight a stop multiplies by, from its shapes: [out_features, in_features] for a GEMM,
+    [d] for a norm (d_h for QK-norm), [V, d] for the embedding; None for a stop without weights.
+
+    Args:
+        op: the stop.
+        vocab: V, the vocabulary size (the embedding's shapes do not show it).
+    """
+    if op.kind == "gemm":
+        return [op.output_shapes[0][-1], op.input_shapes[0][-1]]
+    if op.kind == "norm":
+        return [op.output_shapes[0][-1]]
+    if op.name == "embed":
+        return [vocab, op.output_shapes[0][-1]]
+    return None
+
+
+def _hover(op: OpRecord, vocab: int) -> str:
+    formula, symbols, weight_symbols = STOP_DOCS.get(_relative(op), ("", "", None))
+    lines = [f"<b>{op.name}</b> ({op.kind})", formula, f"shapes: {symbols}", f"        {_flow(op)}"]
+    weight = weight_shape(op, vocab)
+    if weight_symbols and weight:
+        lines.append(f"weight: {weight_symbols} = {shape_text(weight)}")
+    lines.append(f"dtype: {op.dtype} · wall: {ms_text(op)}{' ms' if op.wall_ms is not None else ' (no kernel)'}")
+    return "<br>".join(lines)

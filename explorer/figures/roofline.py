@@ -1,0 +1,222 @@
+"""The roofline view: each operator of the prefill and of a decode step on a machine's roofline.
+
+Left: arithmetic intensity (FLOP/byte) against attainable FLOP/s, log-log, one point per operator
+summed over layers, the memory slope and compute roof of the chosen machine with its ridge point;
+optionally the measured points (analytic FLOPs over the traced wall time) as open markers. Right:
+each operator's time lower bound, so the operators that cost the time can be read by name.
+
+Costs come from `explorer.analysis` (`step_costs`, `totals_by_op`, `roofline_points`,
+`measured_points`) with the trace's own dtype for weights, activations and KV cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from explorer.analysis.costs import totals_by_op
+from explorer.analysis.hardware import Hardware
+from explorer.analysis.measured import measured_points, step_from_trace, trace_precision
+from explorer.analysis.records import CostOptions, OpCost
+from explorer.analysis.roofline import StepRoofline, step_roofline
+from explorer.analysis.spec import ModelSpec
+from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout
+from explorer.trace import StepTrace
+
+STAGE_COLOURS = {"prefill": PREFILL_COLOUR, "decode": DECODE_COLOUR}
+ROOF_COLOUR = "#333333"
+SMALL_FONT = {"size": 12}
+# Per-row operators (norms, softmax, residuals) have the same intensity in prefill and decode: the
+# smaller decode marker sits inside the prefill one instead of hiding it.
+MARKER_SIZES = {"prefill": 14, "decode": 8}
+
+
+def roofline_figure(spec: ModelSpec, prefill: StepTrace, decode: StepTrace | None, hardware: Hardware, step: int,
+                    measured: bool = False) -> go.Figure:
+    """The prefill's and a decode step's operators on `hardware`'s roofline.
+
+    Args:
+        spec: the traced model.
+        prefill: the prefill trace (its ops give B, T and the dtype; see `step_from_trace`).
+        decode: the shown decode step's trace, or None to draw the prefill alone.
+        hardware: the machine whose roofline is drawn; the peak is its matmul rate for the traces'
+            dtype (or the next wider format it lists, see `Hardware.peak_flops_per_s`).
+        step: step index shown (0 = prefill), written to `layout.meta`.
+        measured: also draw measured points: per operator, the sum over layers of the analytic FLOPs
+            over the sum of the traced `wall_ms`, at the same analytic intensity (open markers).
+
+    Returns:
+        A figure with `layout.meta == {"view": "roofline", "step": step}`. Left panel: the trace
+        "roofline" (x FLOP/byte, y min(peak, x * bandwidth) in the y axis unit), the trace "ridge
+        point", per stage the trace "<stage> analytic" (one marker per operator with FLOPs > 0; x
+        float32 arithmetic intensity in FLOP/byte, y float32 attainable FLOP/s in the axis unit,
+        customdata the operator name, e.g. "attn.q_proj") and, with `measured`, "<stage> measured"
+        (achieved FLOP/s). Both axes log. Right panel: per stage the bar trace "<stage> time" (x
+        float32 time lower bound in µs, y operator names, every operator).
+
+    Raises:
+        KeyError: a trace has no "embed" stop (B and T come from it).
+        ConfigError: a trace's dtype is unknown, or `hardware` lists no matmul rate for it nor a
+            wider format (left to propagate: the caller says which machine cannot run it).
+    """
+    stages = [(trace, _roofline(spec, trace, hardware)) for trace in (prefill, decode) if trace is not None]
+    peak, peak_dtype = hardware.peak_flops_per_s(stages[0][1].precision.activations)
+    measured_by_stage = {t.stage: measured_ops(t, spec) for t, _ in stages} if measured else {}
+    intensities = [p.arithmetic_intensity for _, r in stages for p in r.points if p.cost.flops > 0]
+    x, y = roof_line(hardware, peak, min(intensities, default=1.0) / 3, max(intensities, default=1.0) * 3)
+    lowest = min([y[0]] + [cost.flops / s for ops in measured_by_stage.values() for cost, s in ops])
+    scale, unit = flops_unit(peak)
+    roof_title = f"Roofline of {hardware.name} ({peak_dtype} peak), operators summed over layers"
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.64, 0.36], horizontal_spacing=0.2,
+                        subplot_titles=(roof_title, "Time lower bound per operator"))
+    _add_roof(fig, hardware, (x, y), peak_dtype, scale, unit)
+    for trace, roofline in stages:
+        fig.add_trace(analytic_trace(roofline, scale), row=1, col=1)
+        if measured_by_stage.get(trace.stage):
+            fig.add_trace(measured_trace(trace.stage, measured_by_stage[trace.stage], scale, unit, trace.device),
+                          row=1, col=1)
+        fig.add_trace(time_trace(roofline), row=1, col=2)
+    fig.update_xaxes(range=[np.log10(x[0]), np.log10(x[-1])], row=1, col=1)
+    fig.update_yaxes(range=[np.log10(lowest / scale / 4), np.log10(peak / scale * 4)], row=1, col=1)
+    fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP/byte)", exponentformat="none", row=1, col=1)
+    fig.update_yaxes(type="log", title_text=f"attainable FLOP/s ({unit})", exponentformat="none",
+                     separatethousands=True, row=1, col=1)
+    fig.update_xaxes(type="log", title_text="time lower bound (µs)", exponentformat="none", row=1, col=2)
+    fig.update_yaxes(type="category", autorange="reversed", row=1, col=2)
+    base_layout(fig, "roofline", step, _conclusion([r for _, r in stages], hardware), height=580)
+    fig.update_layout(barmode="group", legend={"orientation": "h", "x": 0, "y": -0.14, "yanchor": "top"},
+                      margin={"b": 90})
+    return fig
+
+
+def _roofline(spec: ModelSpec, trace: StepTrace, hardware: Hardware) -> StepRoofline:
+    """One point per operator (summed over layers) for the step the trace ran, in its own dtype."""
+    return step_roofline(spec, step_from_trace(trace), hardware, CostOptions(precision=trace_precision(trace)))
+
+
+def flops_unit(peak_flops_per_s: float) -> tuple[float, str]:
+    """(divisor, name) of the FLOP/s unit in which the machine's peak reads 1 to 999 (TFLOP/s, GFLOP/s
+    or MFLOP/s)."""
+    for divisor, name in ((1e12, "TFLOP/s"), (1e9, "GFLOP/s")):
+        if peak_flops_per_s >= divisor:
+            return divisor, name
+    return 1e6, "MFLOP/s"
+
+
+def roof_line(hardware: Hardware, peak_flops_per_s: float, x_min: float, x_max: float) -> tuple[np.ndarray, np.ndarray]:
+    """The roofline's corners: x [3] float64 FLOP/byte (x_min, ridge, x_max), y [3] FLOP/s = min(peak, x * bw)."""
+    ridge = peak_flops_per_s / hardware.memory_bandwidth_bytes_per_s
+    x = np.array([min(x_min, ridge / 2), ridge, max(x_max, ridge * 16)])
+    return x, np.minimum(peak_flops_per_s, x * hardware.memory_bandwidth_bytes_per_s)
+
+
+def _add_roof(fig: go.Figure, hardware: Hardware, corners: tuple[np.ndarray, np.ndarray], peak_dtype: str,
+              scale: float, unit: str) -> None:
+    """The roofline, its ridge point, and labels placed where no point can be: below the memory
+    slope's left end, below the roof right of the ridge, above the compute roof's right end."""
+    x, y = corners
+    ridge, peak = x[1], y[1]
+    fig.add_trace(go.Scatter(name="roofline", x=x.astype(np.float32), y=(y / scale).astype(np.float32),
+                             mode="lines", line={"color": ROOF_COLOUR, "width": 2}, showlegend=False,
+                             hovertemplate="%{x:.3g} FLOP/byte: at most %{y:.3g} " + unit + "<extra></extra>"),
+                  row=1, col=1)
+    fig.add_trace(go.Scatter(name="ridge point", x=np.array([ridge], np.float32),
+                             y=np.array([peak / scale], np.float32), mode="markers", showlegend=False,
+                             marker={"color": ROOF_COLOUR, "size": 9, "symbol": "diamond"},
+                             hovertemplate=f"ridge point {ridge:.3g} FLOP/byte<extra></extra>"), row=1, col=1)
+    labels = [
+        (ridge, peak, f"ridge {ridge:,.0f} FLOP/byte", "left", "top", 6, -10),
+        (x[-1], peak, f"compute roof {peak / scale:,.3g} {unit} ({peak_dtype})", "right", "bottom", 0, 10),
+        (x[0] * 1.2, y[0] * 1.2, f"memory slope {hardware.memory_bandwidth_bytes_per_s / 1e12:.3g} TB/s", "left", "top", 8, -8),
+    ]
+    for lx, ly, text, xanchor, yanchor, xshift, yshift in labels:
+        fig.add_annotation(x=np.log10(lx), y=np.log10(ly / scale), text=text, showarrow=False, xanchor=xanchor,
+                           yanchor=yanchor, xshift=xshift, yshift=yshift, font=SMALL_FONT, row=1, col=1)
+
+
+def analytic_trace(roofline: StepRoofline, scale: float) -> go.Scatter:
+    """One marker per operator with FLOPs > 0 at (arithmetic intensity, attainable FLOP/s / scale)."""
+    stage = roofline.step.stage
+    points = [p for p in roofline.points if p.cost.flops > 0]
+    hover = [
+        f"<b>{p.cost.name}</b> ({stage})<br>{_si(p.cost.flops, 'FLOP')}, {_si(p.cost.bytes, 'B')}<br>"
+        f"intensity {p.arithmetic_intensity:.3g} FLOP/byte<br>{p.bound}-bound<br>"
+        f"time lower bound {_duration(p.time_lower_bound_s)}"
+        for p in points
+    ]
+    return go.Scatter(
+        name=f"{stage} analytic", x=np.array([p.arithmetic_intensity for p in points], np.float32),
+        y=np.array([p.attainable_flops_per_s / scale for p in points], np.float32), mode="markers",
+        marker={"color": STAGE_COLOURS[stage], "size": MARKER_SIZES[stage], "line": {"color": "white", "width": 1}},
+        customdata=[p.cost.name for p in points], hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+    )
+
+
+def measured_ops(trace: StepTrace, spec: ModelSpec) -> list[tuple[OpCost, float]]:
+    """Measured stops summed per operator over layers: (summed analytic cost, summed wall time in s).
+
+    Operators without FLOPs are left out (no place on a log axis).
+    """
+    points = measured_points(trace, spec)
+    wall_s: dict[str, float] = {}
+    for point in points:
+        wall_s[point.cost.op] = wall_s.get(point.cost.op, 0.0) + point.wall_ms / 1e3
+    costs = totals_by_op([point.cost for point in points])
+    return [(cost, wall_s[cost.name]) for cost in costs if cost.flops > 0]
+
+
+def measured_trace(stage: str, ops: list[tuple[OpCost, float]], scale: float, unit: str, device: str) -> go.Scatter:
+    """Open markers at (analytic intensity, analytic FLOPs / measured seconds / scale)."""
+    achieved = np.array([cost.flops / seconds for cost, seconds in ops])
+    hover = [
+        f"<b>{cost.name}</b> ({stage}, measured on {device})<br>{_si(cost.flops, 'FLOP')} in "
+        f"{_duration(seconds)}<br>achieved {rate / scale:.3g} {unit}<br>"
+        f"intensity {cost.arithmetic_intensity:.3g} FLOP/byte"
+        for (cost, seconds), rate in zip(ops, achieved, strict=True)
+    ]
+    return go.Scatter(
+        name=f"{stage} measured", x=np.array([cost.arithmetic_intensity for cost, _ in ops], np.float32),
+        y=(achieved / scale).astype(np.float32), mode="markers", customdata=[cost.name for cost, _ in ops],
+        marker={"color": STAGE_COLOURS[stage], "size": 10, "symbol": "circle-open", "line": {"width": 2}},
+        hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
+    )
+
+
+def time_trace(roofline: StepRoofline) -> go.Bar:
+    """Horizontal bars: every operator's time lower bound in µs (float32), named on the y axis."""
+    stage = roofline.step.stage
+    points = roofline.points
+    return go.Bar(
+        name=f"{stage} time", orientation="h", y=[p.cost.name for p in points],
+        x=np.array([p.time_lower_bound_s * 1e6 for p in points], np.float32), marker_color=STAGE_COLOURS[stage],
+        customdata=[p.bound for p in points], showlegend=False,
+        hovertemplate="%{y} (" + stage + "): %{x:.3g} µs, %{customdata}-bound<extra></extra>",
+    )
+
+
+def _conclusion(rooflines: list[StepRoofline], hardware: Hardware) -> str:
+    """The title: each stage's memory-bound share of its time lower bound, decode first."""
+    parts = [
+        f"{r.step.stage}: {r.memory_bound_fraction:.0%} of its {_duration(r.time_lower_bound_s)} time lower bound "
+        "memory-bound"
+        for r in reversed(rooflines)
+    ]
+    return f"{'; '.join(parts)} · {hardware.name}"
+
+
+def _si(value: float, unit: str) -> str:
+    """1.99e9, "FLOP" -> "1.99 GFLOP"."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def _duration(seconds: float) -> str:
+    """Seconds as "12.3 µs", "4.56 ms" or "1.2 s"."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s"

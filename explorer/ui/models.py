@@ -1,0 +1,76 @@
+"""The models a visitor can pick: the one the app started with, the shape-only presets, or any
+causal LM by hub id or folder. Loaded once, shared read-only by every session."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from explorer.analysis.spec import ModelSpec
+from explorer.config import preset_names
+from explorer.runner.loading import LoadedModel, load_model, load_shape_only
+
+SHAPE_ONLY_PREFIX = "shape-only: "
+# Models loaded on request besides the start-up one: each may hold GBs, so only the most
+# recently used few stay (judgement: two fit beside the default on a 24 GB laptop at 0.6B-1B).
+MAX_EXTRA_MODELS = 2
+
+
+class ModelRegistry:
+    """The start-up model plus models loaded on request, least recently used dropped first.
+
+    Args:
+        default: the model the app was started with (never dropped).
+        device: where models picked by hub id or folder are loaded ("cpu", "cuda:0").
+    """
+
+    def __init__(self, default: LoadedModel, device: str = "cpu") -> None:
+        self.default = default
+        self.device = device if default.device == "meta" else default.device
+        self._extra: OrderedDict[str, LoadedModel] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def choices(self) -> list[str]:
+        """The model menu: the start-up model, then each shape-only preset."""
+        presets = [SHAPE_ONLY_PREFIX + name for name in preset_names()]
+        return [self.default_choice] + [p for p in presets if p != self.default_choice]
+
+    @property
+    def default_choice(self) -> str:
+        """The menu entry of the start-up model."""
+        if self.default.shape_only and self.default.name in preset_names():
+            return SHAPE_ONLY_PREFIX + self.default.name
+        return self.default.name
+
+    def get(self, choice: str, custom: str = "") -> LoadedModel:
+        """The model for a menu entry, or for `custom` (a hub id or folder) when it is not blank.
+
+        Raises:
+            UnknownPresetError, ConfigError, ModelLoadError: the model cannot be loaded (the
+                message says why and what to do).
+        """
+        custom = (custom or "").strip()
+        key = custom or choice
+        if key in (self.default.name, self.default_choice):
+            return self.default
+        with self._lock:
+            if key not in self._extra:
+                self._extra[key] = self._load(choice, custom)
+                while len(self._extra) > MAX_EXTRA_MODELS:
+                    self._extra.popitem(last=False)
+            self._extra.move_to_end(key)
+            return self._extra[key]
+
+    def _load(self, choice: str, custom: str) -> LoadedModel:
+        if custom:
+            return load_model(custom, device=self.device)
+        return load_shape_only(choice.removeprefix(SHAPE_ONLY_PREFIX))
+
+
+def model_spec(loaded: LoadedModel) -> ModelSpec:
+    """The analysis' view of a loaded model (dimensions in the field's names).
+
+    Raises:
+        ConfigError: a family the cost model does not know.
+    """
+    return ModelSpec.from_hf_config(loaded.model.config.to_dict())

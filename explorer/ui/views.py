@@ -1,0 +1,151 @@
+"""The five views of a visitor's session, each a Plotly figure drawn from the session's traces.
+
+A `Visit` is what one browser tab holds (in `gr.State`): its inference session and the analysis
+spec of its model. `ViewOptions` are the view controls (step, layer, heads averaged, hardware).
+Drawing never runs the model, except to recompute attention a long session gave up to stay
+within its memory budget (`InferenceSession.attention_probs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+from explorer.analysis.hardware import THIS_MACHINE, get_hardware
+from explorer.analysis.spec import ModelSpec
+from explorer.config import SamplingSettings
+from explorer.errors import ConfigError
+from explorer.figures.attention import attention_figure, stack_attention
+from explorer.figures.journey import journey_figure
+from explorer.figures.kv_cache import kv_cache_figure
+from explorer.figures.roofline import roofline_figure
+from explorer.figures.sampling import sampling_figure
+from explorer.figures.theme import empty_figure
+from explorer.runner.sampling import resample
+from explorer.runner.session import InferenceSession
+from explorer.trace import SamplingRecord, StepTrace
+from explorer.ui.models import model_spec
+
+VIEWS = ("journey", "attention", "kv_cache", "sampling", "roofline")
+NO_VALUES = "Shape-only mode: the model has no weights, so there are no {} to show (shapes and costs only)."
+
+
+@dataclass
+class Visit:
+    """One visitor's inference.
+
+    Attributes:
+        session: the inference session (ids, KV cache, traces, sampling generator).
+        spec: the model as the cost model sees it; None for a family it does not know (no roofline).
+    """
+
+    session: InferenceSession
+    spec: ModelSpec | None
+
+    @classmethod
+    def start(cls, session: InferenceSession) -> Visit:
+        """A visit over `session`; the roofline is left out for a family the cost model lacks."""
+        try:
+            spec = model_spec(session.loaded)
+        except ConfigError:
+            spec = None
+        return cls(session, spec)
+
+    @property
+    def traces(self) -> list[StepTrace]:
+        """The session's traces: prefill, then each decode step."""
+        return self.session.traces
+
+    def trace(self, step: int) -> StepTrace:
+        """The trace of step `step` (0 = prefill), clamped to the steps run so far."""
+        return self.traces[max(0, min(step, len(self.traces) - 1))]
+
+    def pieces_until(self, step: int) -> list[str]:
+        """The token pieces the model has seen up to and including step `step` (n of them)."""
+        traces = self.traces[: step + 1]
+        return [piece for trace in traces for piece in trace.input_pieces]
+
+    def piece(self, token_id: int) -> str:
+        """A token id decoded alone."""
+        return self.session.pieces([token_id])[0]
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    """The view controls.
+
+    Attributes:
+        step: the step shown (0 = prefill, k = k-th decode step).
+        layer: the decoder layer of the journey and attention views.
+        average_heads: draw the mean over query heads instead of one panel per head.
+        hardware: the roofline's machine: a catalogue key or "this-machine".
+    """
+
+    step: int
+    layer: int
+    average_heads: bool
+    hardware: str
+
+
+def all_views(visit: Visit, options: ViewOptions) -> list[go.Figure]:
+    """The five figures, in `VIEWS` order."""
+    return [journey_view(visit, options), attention_view(visit, options), kv_cache_view(visit, options),
+            sampling_view(visit, options), roofline_view(visit, options)]
+
+
+def journey_view(visit: Visit, options: ViewOptions) -> go.Figure:
+    """The stops of one layer, prefill beside the shown decode step (none while the prefill is shown)."""
+    decode = visit.trace(options.step) if options.step > 0 else None
+    return journey_figure(visit.traces[0], decode, options.layer)
+
+
+def attention_view(visit: Visit, options: ViewOptions) -> go.Figure:
+    """The layer's causal attention up to the shown step: the prefill triangle plus a row per step."""
+    trace = visit.trace(options.step)
+    if trace.shape_only:
+        return empty_figure("attention", NO_VALUES.format("attention probabilities"))
+    blocks = [visit.session.attention_probs(step, options.layer) for step in range(trace.step_index + 1)]
+    probs = stack_attention(blocks)
+    n_kv_heads = trace.kv[options.layer].key_shape[1]
+    return attention_figure(probs, visit.pieces_until(trace.step_index), n_kv_heads, options.layer,
+                            trace.step_index, new_rows=min(trace.step_index, 1), average=options.average_heads)
+
+
+def kv_cache_view(visit: Visit, options: ViewOptions) -> go.Figure:
+    """Every layer's KV cache over the steps up to the shown one, against an MHA model's."""
+    trace = visit.trace(options.step)
+    n_heads = visit.session.loaded.model.config.num_attention_heads
+    return kv_cache_figure(visit.traces[: trace.step_index + 1], n_heads, trace.step_index)
+
+
+def sampling_view(visit: Visit, options: ViewOptions, preview: SamplingSettings | None = None) -> go.Figure:
+    """How the shown step chose its token; with `preview`, what those settings would do to the same
+    stored logits (the model is not run)."""
+    trace = visit.trace(options.step)
+    if trace.sampling is None:
+        return empty_figure("sampling", NO_VALUES.format("logits"))
+    record = trace.sampling if preview is None else preview_record(visit, trace, preview)
+    fig = sampling_figure(record, visit.piece, trace.step_index)
+    if preview is not None and preview.to_dict() != trace.sampling.settings:
+        fig.update_layout(title_text=f"{fig.layout.title.text} · preview: the step drew "
+                                     f"{visit.piece(trace.sampling.token_id)!r} with its own settings")
+    return fig
+
+
+def preview_record(visit: Visit, trace: StepTrace, settings: SamplingSettings) -> SamplingRecord:
+    """Sampling re-run on the step's stored logits with `settings` (seeded by `settings.seed`)."""
+    context = visit.session.ids[: trace.context_length]
+    return resample(trace.logits, context, settings, settings.seed)
+
+
+def roofline_view(visit: Visit, options: ViewOptions) -> go.Figure:
+    """The operators of the prefill and the shown decode step on the chosen machine's roofline;
+    measured points where the machine is the one the steps ran on."""
+    if visit.spec is None:
+        return empty_figure("roofline", "The cost model does not know this model family.")
+    trace = visit.trace(options.step)
+    measured = options.hardware == THIS_MACHINE and trace.device == "cpu"
+    decode = trace if trace.step_index > 0 else None
+    return roofline_figure(visit.spec, visit.traces[0], decode, get_hardware(options.hardware),
+                           trace.step_index, measured=measured)

@@ -1,0 +1,91 @@
+"""Hand-built `StepTrace`s for the figure tests: real stop names, shapes predicted from a spec.
+
+`TINY` is a Llama-like model with every dimension distinct (2 layers, 4 query heads, 2 KV heads,
+head_dim 8, d 32, d_ff 37, vocab 97), so a swapped axis shows. `SMOLLM2` has the embedded model's
+dimensions, for payload sizes. Wall times are made up (distinct per stop); attention probabilities
+are random, causal, rows summing to 1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from explorer.analysis.shapes import cache_length, predict_shapes
+from explorer.analysis.spec import ModelSpec
+from explorer.stops import features_for, stop_table
+from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, StepTrace
+
+TINY = ModelSpec(family="llama", hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
+                 intermediate_size=37, vocab_size=97, dense_intermediate_size=37)
+SMOLLM2 = ModelSpec(family="llama", hidden_size=576, n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64,
+                    intermediate_size=1536, vocab_size=49152, dense_intermediate_size=1536,
+                    tie_word_embeddings=True)
+PROMPT_PIECES = ["<|im_start|>", "user", "\n", "What", " is", " 2", "+", "2", "?", "<|im_end|>", "\n"]
+GENERATED_PIECES = ["4", ".", " The", " answer", " is", " 4", "<|im_end|>"]
+NON_FLOAT_DTYPES = {"tokenize": "int64", "sample": "int64", "detokenize": "str"}
+
+
+def run_traces(spec: ModelSpec = TINY, prompt: list[str] = PROMPT_PIECES, decode_steps: int = 3,
+               seed: int = 0) -> list[StepTrace]:
+    """The prefill of `prompt` and `decode_steps` decode steps (each feeding one `GENERATED_PIECES` piece)."""
+    traces = [step_trace(spec, prompt, 0, seed)]
+    for k in range(1, decode_steps + 1):
+        piece = GENERATED_PIECES[(k - 1) % len(GENERATED_PIECES)]
+        traces.append(step_trace(spec, [piece], k, seed, context=len(prompt) + k))
+    return traces
+
+
+def step_trace(spec: ModelSpec, pieces: list[str], step_index: int, seed: int = 0,
+               context: int | None = None) -> StepTrace:
+    """One step: the prefill of `pieces` (step 0) or decode step `step_index` feeding `pieces[0]`."""
+    stage = "prefill" if step_index == 0 else "decode"
+    tokens = len(pieces)
+    context = tokens if context is None else context
+    rng = np.random.default_rng(seed + step_index)
+    return StepTrace(
+        stage=stage, step_index=step_index, input_ids=list(range(3, 3 + tokens)), input_pieces=list(pieces),
+        context_length=context, ops=step_ops(spec, stage, tokens, context),
+        kv=[kv_snapshot(spec, layer, context) for layer in range(spec.n_layers)],
+        attention=[AttentionRecord(layer, *_probs(spec, layer, tokens, context, rng))
+                   for layer in range(spec.n_layers)],
+        logits=rng.normal(size=spec.vocab_size).astype(np.float32), sampling=None,
+        token_text=GENERATED_PIECES[step_index % len(GENERATED_PIECES)], wall_ms=12.5 + step_index,
+    )
+
+
+def step_ops(spec: ModelSpec, stage: str, tokens: int, context: int) -> list[OpRecord]:
+    """Every stop of the step in execution order; wall time 0.01 ms x (position + 1), None for the view."""
+    shapes = predict_shapes(spec, stage, 1, tokens, context)
+    shapes["tokenize"] = ([], [[1, tokens]])
+    shapes["sample"] = ([[1, spec.vocab_size]], [[1]])
+    shapes["detokenize"] = ([[1]], [])
+    ops = []
+    for position, (name, kind, layer) in enumerate(stop_table(features_for(spec.family), spec.n_layers, stage)):
+        inputs, outputs = shapes[name]
+        wall_ms = None if name.endswith("split_heads") else round(0.01 * (position + 1), 4)
+        ops.append(OpRecord(name, kind, layer, inputs, outputs, NON_FLOAT_DTYPES.get(name, "float32"), wall_ms))
+    return ops
+
+
+def kv_snapshot(spec: ModelSpec, layer: int, context: int) -> KVSnapshot:
+    """Layer `layer`'s float32 cache after a step reaching context `context`; a sliding-window layer
+    keeps its last window - 1 positions, as transformers' `DynamicSlidingWindowLayer` does."""
+    window = spec.window(layer)
+    held = context if window is None else min(context, window - 1)
+    shape = [1, spec.n_kv_heads, held, spec.head_dim]
+    size_bytes = math.prod(shape) * 4
+    return KVSnapshot(layer, shape, list(shape), size_bytes, size_bytes)
+
+
+def _probs(spec: ModelSpec, layer: int, tokens: int, context: int,
+           rng: np.random.Generator) -> tuple[list[int], np.ndarray]:
+    """Random causal probabilities [h_q, T, kv_len] float32, rows summing to 1."""
+    kv_len = cache_length(spec, layer, tokens, context)
+    scores = rng.normal(size=(spec.n_heads, tokens, kv_len)).astype(np.float32)
+    query_pos = np.arange(kv_len - tokens, kv_len)[:, None]  # positions of the queries among the keys
+    scores[:, np.arange(kv_len)[None, :] > query_pos] = -np.inf
+    exp = np.exp(scores - scores.max(-1, keepdims=True))
+    probs = (exp / exp.sum(-1, keepdims=True)).astype(np.float32)
+    return list(probs.shape), probs

@@ -1,0 +1,114 @@
+"""The journey figure from hand-built traces: rows, columns, colours, hover text, meta marker."""
+
+from __future__ import annotations
+
+import pytest
+from figure_traces import TINY, run_traces
+
+from explorer.figures.journey import STOP_DOCS, journey_figure, weight_shape
+from explorer.figures.theme import kind_colour
+from explorer.stops import FAMILIES, layer_stops
+
+TRACES = run_traces(TINY, decode_steps=2)
+PREFILL, DECODE = TRACES[0], TRACES[2]
+
+
+def hover_of(fig, name: str, axis: str = "x") -> str:
+    """The hover text of stop `name` in the shape column on `axis` (x: prefill, x3: decode)."""
+    for trace in fig.data:
+        if trace.type == "bar" and trace.xaxis == axis and name in trace.y:
+            return trace.hovertext[list(trace.y).index(name)]
+    raise KeyError(name)
+
+
+def traces_on(fig, axis: str):
+    return [t for t in fig.data if t.xaxis == axis]
+
+
+def test_rows_are_the_layers_stops_and_the_outer_ones_in_execution_order():
+    fig = journey_figure(PREFILL, DECODE, 1)
+    expected = ["tokenize", "embed"] + [op.name for op in PREFILL.ops if op.layer == 1] + [
+        "final_norm", "lm_head", "sample", "detokenize"]
+    assert list(fig.layout.yaxis.categoryarray) == expected
+    assert fig.layout.yaxis.autorange == "reversed"  # first stop at the top
+    assert len(expected) == 2 + 20 + 4
+    shown = {name for t in fig.data for name in t.y}
+    assert shown == set(expected)
+    assert not any(name.startswith("layers.0.") for name in shown)
+    assert list(fig.layout.yaxis.ticktext)[2:5] == ["input_norm", "attn.q_proj", "attn.k_proj"]
+
+
+def test_decode_column_shows_the_decode_steps_shapes():
+    fig = journey_figure(PREFILL, DECODE, 0)
+    text = traces_on(fig, "x3")[-1]
+    row = dict(zip(text.y, text.text, strict=True))
+    assert row["layers.0.attn.scores"] == "[1, 4, 1, 8] [1, 4, 13, 8] → [1, 4, 1, 13]"
+    assert row["layers.0.attn.kv_cache_write"] == "[1, 2, 1, 8]×2 → [1, 2, 13, 8]×2"
+    assert row["tokenize"] == "(not in this step)"
+    prefill_row = dict(zip(traces_on(fig, "x")[-1].y, traces_on(fig, "x")[-1].text, strict=True))
+    assert prefill_row["layers.0.attn.scores"] == "[1, 4, 11, 8]×2 → [1, 4, 11, 11]"  # Q and expanded K
+    assert fig.layout.annotations[2].text == "step 2: in → out (T=1, n=13)"
+    assert fig.layout.meta == {"view": "journey", "step": 2}
+
+
+def test_without_a_decode_step_the_decode_column_asks_for_one():
+    fig = journey_figure(PREFILL, None, 0)
+    assert traces_on(fig, "x3") == [] and traces_on(fig, "x4") == []
+    assert "run a decode step" in [a.text for a in fig.layout.annotations]
+    assert fig.layout.meta == {"view": "journey", "step": 0}
+
+
+def test_wall_time_bars_are_the_measured_times_and_a_view_is_marked():
+    fig = journey_figure(PREFILL, DECODE, 0)
+    walls = {name: (x, text) for t in traces_on(fig, "x2") for name, x, text in zip(t.y, t.x, t.text, strict=True)}
+    q_proj = PREFILL.op("layers.0.attn.q_proj")
+    assert walls[q_proj.name] == (q_proj.wall_ms, f"{q_proj.wall_ms:.2f}")
+    assert walls["layers.0.attn.split_heads"][1] == "view"
+    assert fig.layout.xaxis2.type == "log" and "ms" in fig.layout.xaxis2.title.text
+
+
+def test_each_kind_has_its_colour_and_one_legend_entry():
+    fig = journey_figure(PREFILL, DECODE, 0)
+    for trace in fig.data:
+        if trace.type == "bar":
+            assert trace.marker.color == kind_colour(trace.name)
+            assert all(PREFILL.op(name).kind == trace.name for name in trace.y)
+    legend = [t.name for t in fig.data if t.showlegend]
+    assert sorted(legend) == sorted({op.kind for op in PREFILL.ops})
+
+
+def test_hover_gives_formula_symbols_numbers_and_weight_shape():
+    fig = journey_figure(PREFILL, DECODE, 1)
+    k_proj = hover_of(fig, "layers.1.attn.k_proj")
+    assert "K = X · W_kᵀ" in k_proj and "[B, T, d] → [B, T, h_kv·d_h]" in k_proj
+    assert "[1, 11, 32] → [1, 11, 16]" in k_proj
+    assert "W_k [h_kv·d_h, d] = [16, 32]" in k_proj
+    assert "W_down [d, d_ff] = [32, 37]" in hover_of(fig, "layers.1.mlp.down_proj")
+    assert "W_gate [d_ff, d] = [37, 32]" in hover_of(fig, "layers.1.mlp.gate_proj")
+    assert "E [V, d] = [97, 32]" in hover_of(fig, "embed")
+    assert "W_lm [V, d] = [97, 32]" in hover_of(fig, "lm_head", "x3")
+    assert "γ [d] = [32]" in hover_of(fig, "layers.1.post_attn_norm")
+    scores = hover_of(fig, "layers.1.attn.scores", "x3")
+    assert "S = Q·Kᵀ / √d_h" in scores and "weight" not in scores and "[1, 4, 1, 13]" in scores
+    assert "rotate_half(q)" in hover_of(fig, "layers.1.attn.rope")
+    assert "silu(gate) ⊙ up" in hover_of(fig, "layers.1.mlp.act")
+    assert f"wall: {PREFILL.op('layers.1.attn.softmax').wall_ms:.2f} ms" in hover_of(fig, "layers.1.attn.softmax")
+
+
+def test_weight_shape_comes_from_the_stops_shapes():
+    ops = {op.name: op for op in PREFILL.ops}
+    assert weight_shape(ops["layers.0.attn.v_proj"], 97) == [16, 32]
+    assert weight_shape(ops["layers.0.input_norm"], 97) == [32]
+    assert weight_shape(ops["embed"], 97) == [97, 32]
+    assert weight_shape(ops["layers.0.attn.softmax"], 97) is None
+
+
+def test_every_stop_of_every_family_has_a_formula():
+    outer = {"tokenize", "embed", "final_norm", "lm_head", "sample", "detokenize"}
+    names = outer | {name for features in FAMILIES.values() for name, _ in layer_stops(features)}
+    assert names == set(STOP_DOCS)
+
+
+def test_a_layer_the_model_lacks_is_refused():
+    with pytest.raises(ValueError, match="layer 2"):
+        journey_figure(PREFILL, None, 2)
