@@ -2,9 +2,9 @@
 the status redrawn, and the bytes the browser receives per step (prints; never asserts a time).
 
 For each view tab, `--steps` clicks on Next token with that tab open; the time is from the click
-to the moment the tab's figure carries the new step in `layout.meta` and the status names it.
-Bytes are what Chromium's network layer reports received (Network.dataReceived over CDP) between
-the click and that moment: the whole event stream of the step, all five figures included.
+to the moment the tab's figure carries the new step in `layout.meta` and the status names it (only
+the view on screen is drawn per step). Bytes are what Chromium's network layer reports received
+(Network.dataReceived over CDP) between the click and that moment: the step's whole event stream.
 Targets (DESIGN.md): p50 <= 1.0 s per click, <= 500 KB per step.
 
 Run: python benchmarks/bench_app_browser.py [--steps 8]
@@ -26,6 +26,7 @@ from playwright.sync_api import sync_playwright
 from explorer.runner.loading import load_model
 from explorer.ui.layout import PLOT_IDS, VIEW_TITLES, build_demo, launch_options
 
+PROMPT = "Write a long story about a lighthouse keeper and her cat."  # long enough not to end early
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 SHOWS_STEP = """([id, step]) => { const g = document.querySelector('#' + id + ' .js-plotly-plot');
                  return g && g.layout && g.layout.meta && g.layout.meta.step === step
@@ -54,6 +55,7 @@ def main() -> None:
         cdp.send("Network.enable")
         cdp.on("Network.dataReceived", lambda event: received.append(event["dataLength"]))
         page.goto(f"http://127.0.0.1:{port}/")
+        page.locator("#prompt-box textarea").fill(PROMPT)
         page.locator("#prefill-btn").click()
         page.wait_for_function("() => document.querySelector('#status').innerText.includes('prefill:')")
         step = 0

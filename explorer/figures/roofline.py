@@ -84,7 +84,7 @@ def roofline_figure(spec: ModelSpec, prefill: StepTrace, decode: StepTrace | Non
                      separatethousands=True, row=1, col=1)
     fig.update_xaxes(type="log", title_text="time lower bound (µs)", exponentformat="none", row=1, col=2)
     fig.update_yaxes(type="category", autorange="reversed", row=1, col=2)
-    base_layout(fig, "roofline", step, _conclusion([r for _, r in stages], hardware), height=580)
+    base_layout(fig, "roofline", step, _conclusion([r for _, r in stages]), height=580)
     fig.update_layout(barmode="group", legend={"orientation": "h", "x": 0, "y": -0.14, "yanchor": "top"},
                       margin={"b": 90})
     return fig
@@ -128,7 +128,8 @@ def _add_roof(fig: go.Figure, hardware: Hardware, corners: tuple[np.ndarray, np.
     labels = [
         (ridge, peak, f"ridge {ridge:,.0f} FLOP/byte", "left", "top", 6, -10),
         (x[-1], peak, f"compute roof {peak / scale:,.3g} {unit} ({peak_dtype})", "right", "bottom", 0, 10),
-        (x[0] * 1.2, y[0] * 1.2, f"memory slope {hardware.memory_bandwidth_bytes_per_s / 1e12:.3g} TB/s", "left", "top", 8, -8),
+        (x[0] * 1.2, y[0] * 1.2, f"memory slope {_si(hardware.memory_bandwidth_bytes_per_s, 'B/s')}",
+         "left", "top", 8, -8),
     ]
     for lx, ly, text, xanchor, yanchor, xshift, yshift in labels:
         fig.add_annotation(x=np.log10(lx), y=np.log10(ly / scale), text=text, showarrow=False, xanchor=xanchor,
@@ -195,14 +196,13 @@ def time_trace(roofline: StepRoofline) -> go.Bar:
     )
 
 
-def _conclusion(rooflines: list[StepRoofline], hardware: Hardware) -> str:
+def _conclusion(rooflines: list[StepRoofline]) -> str:
     """The title: each stage's memory-bound share of its time lower bound, decode first."""
     parts = [
-        f"{r.step.stage}: {r.memory_bound_fraction:.0%} of its {_duration(r.time_lower_bound_s)} time lower bound "
-        "memory-bound"
+        f"{r.step.stage} {r.memory_bound_fraction:.0%} memory-bound (of {_duration(r.time_lower_bound_s)})"
         for r in reversed(rooflines)
     ]
-    return f"{'; '.join(parts)} · {hardware.name}"
+    return f"Time lower bound: {' · '.join(parts)}"
 
 
 def _si(value: float, unit: str) -> str:

@@ -1,7 +1,8 @@
 """Event handlers of the app: thin, one per event, every per-person value in the session state.
 
 A handler takes the components' values, runs the session or redraws a view, and returns the
-components' new values. An `ExplorerError` becomes a `gr.Error` toast with its message; Gradio then
+components' new values. Only the view on screen (its tab selected) is drawn; another view is drawn
+when its tab is selected, so a step costs one figure, not five. An `ExplorerError` becomes a `gr.Error` toast with its message; Gradio then
 leaves every output as it was, so the person's session and the figures on screen are kept.
 """
 
@@ -20,14 +21,7 @@ from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
 from explorer.ui.models import ModelRegistry
 from explorer.ui.tokens import token_strip_html
-from explorer.ui.views import (
-    VIEWS,
-    ViewOptions,
-    Visit,
-    all_views,
-    roofline_view,
-    sampling_view,
-)
+from explorer.ui.views import VIEWS, ViewOptions, Visit, render, roofline_view, sampling_view
 
 # A shared app refuses longer prompts: a 2k-token prefill takes seconds here, an 8k one minutes,
 # and every visitor waits in the same queue (DESIGN.md budgets a 2,048-token prompt).
@@ -78,7 +72,7 @@ def on_prefill_click(registry: ModelRegistry, model_choice: str, custom_model: s
                      prompt_tokens: float | None, use_chat_template: bool, system_prompt: str, *controls):
     """Start a new session on the chosen model: run the prefill of `prompt` (or, for a shape-only
     model without a tokenizer, of `prompt_tokens` placeholder tokens). Returns the step outputs."""
-    sampling, (layer, average_heads, hardware) = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
+    sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
     settings = settings_from(*sampling)
     loaded = registry.get(model_choice, custom_model)
     session = InferenceSession(loaded, settings, max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
@@ -86,30 +80,30 @@ def on_prefill_click(registry: ModelRegistry, model_choice: str, custom_model: s
         session.prefill(prompt_tokens=int(prompt_tokens or 0))  # an empty box: "needs at least one token"
     else:
         session.prefill(prompt, use_chat_template=use_chat_template, system_prompt=(system_prompt or "").strip() or None)
-    return step_outputs(Visit.start(session), layer, average_heads, hardware)
+    return step_outputs(Visit.start(session), *view_controls)
 
 
 @shows_errors
 def on_decode_click(visit: Visit | None, *controls):
     """Run one decode step of the person's session. Returns the step outputs."""
-    sampling, (layer, average_heads, hardware) = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
+    sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
     session = _session(visit)
     session.set_settings(settings_from(*sampling))
     session.decode_step()
-    return step_outputs(visit, layer, average_heads, hardware)
+    return step_outputs(visit, *view_controls)
 
 
 @shows_errors
 def on_run_click(visit: Visit | None, count: float | None, *controls):
     """Run up to `count` decode steps, redrawing after each; stops early where generation ends."""
-    sampling, (layer, average_heads, hardware) = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
+    sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
     session = _session(visit)
     if count is None or not 1 <= count <= MAX_RUN_TOKENS:
         raise SessionStateError(f"Run between 1 and {MAX_RUN_TOKENS} tokens at a time.")
     session.set_settings(settings_from(*sampling))
     for _ in range(int(count)):
         session.decode_step()
-        yield step_outputs(visit, layer, average_heads, hardware)
+        yield step_outputs(visit, *view_controls)
         if session.finished:
             return
 
@@ -121,12 +115,25 @@ def on_reset_click():
 
 
 @shows_errors
-def on_view_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str):
-    """Redraw the five views for other view controls (the model runs only to recompute attention
+def on_view_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
+                   shown: str):
+    """Redraw the view on screen for other view controls (the model runs only to recompute attention
     the session gave up to stay within its memory budget)."""
     if visit is None:
         return tuple(gr.skip() for _ in VIEWS)
-    return tuple(all_views(visit, _options(visit, step, layer, average_heads, hardware)))
+    return _views(visit, _options(visit, step, layer, average_heads, hardware), shown)
+
+
+def on_tab_select(view: str):
+    """The handler of a view's tab: remember it as the view on screen and draw it."""
+
+    @shows_errors
+    def select(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str):
+        if visit is None:
+            return view, gr.skip()
+        return view, render(visit, _options(visit, step, layer, average_heads, hardware), view)
+
+    return select
 
 
 @shows_errors
@@ -149,9 +156,9 @@ def on_sampling_change(visit: Visit | None, step: int | None, *sampling):
     return sampling_view(visit, _options(visit, step, 0, False, ""), preview=settings)
 
 
-def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str) -> tuple:
+def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str) -> tuple:
     """After a step: (visit, status, token strip, text, step menu, layer slider, *five views), the
-    latest step shown."""
+    latest step shown, the view `shown` drawn and the others left as they are."""
     traces = visit.traces
     latest = len(traces) - 1
     n_layers = len(traces[0].kv)
@@ -160,7 +167,7 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str) -
     next_piece = visit.piece(traces[-1].sampling.token_id) if traces[-1].sampling else None
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
     return (visit, status_text(visit), token_strip_html(traces, latest, next_piece), visit.session.text, steps,
-            gr.update(maximum=n_layers - 1, value=layer), *all_views(visit, options))
+            gr.update(maximum=n_layers - 1, value=layer), *_views(visit, options, shown))
 
 
 def status_text(visit: Visit) -> str:
@@ -179,6 +186,11 @@ def _step_summary(trace: StepTrace) -> str:
         chosen = f"{trace.token_text!r} (p = {trace.sampling.token_prob:.3f})"
     return (f"{len(trace.input_ids)} token(s) in, context n = {trace.context_length}, "
             f"{trace.wall_ms:.0f} ms; next token {chosen}")
+
+
+def _views(visit: Visit, options: ViewOptions, shown: str) -> tuple:
+    """The five plot outputs: the figure of the view on screen, `gr.skip()` for the others."""
+    return tuple(render(visit, options, view) if view == shown else gr.skip() for view in VIEWS)
 
 
 def _session(visit: Visit | None) -> InferenceSession:

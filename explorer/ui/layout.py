@@ -53,6 +53,7 @@ def build_demo(loaded: LoadedModel, device: str = "cpu") -> gr.Blocks:
         gr.Markdown("# LLM Inference Explorer\nType a prompt, run the **prefill**, then one **decode** step "
                     "at a time, and see what the model computes.")
         visit_state = gr.State(None, time_to_live=SESSION_TTL_S)
+        shown_state = gr.State(VIEWS[0])  # the view whose tab is selected: the only one drawn per step
         prompt = _prompt_controls(registry, loaded)
         sampling = _sampling_controls()
         with gr.Row():
@@ -73,22 +74,25 @@ def build_demo(loaded: LoadedModel, device: str = "cpu") -> gr.Blocks:
             average_box = gr.Checkbox(False, label="Attention: average over heads", elem_id="average-heads")
             hardware_select = gr.Dropdown(hardware_names(), value=THIS_MACHINE, label="Roofline hardware",
                                           elem_id="hardware-select")
-        plots = _view_tabs()
+        tabs, plots = _view_tabs()
 
-        view_controls = [layer_slider, average_box, hardware_select]
+        view_controls = [layer_slider, average_box, hardware_select, shown_state]
         step_outputs = [visit_state, status_md, strip_html, text_box, step_select, layer_slider, *plots]
-        # progress (and an error's mark) on the status line only: the views stay readable meanwhile
-        model_run = {"concurrency_id": MODEL_QUEUE, "trigger_mode": "once", "show_progress_on": [status_md]}
+        # Progress (and an error's mark) on the status line only: the views stay readable meanwhile.
+        model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [status_md]}
         prefill_btn.click(functools.partial(handlers.on_prefill_click, registry), [*prompt, *sampling, *view_controls],
-                          step_outputs, api_name="prefill", **model_run)
+                          step_outputs, api_name="prefill", trigger_mode="always_last", **model_run)
+        # every click on Next token is one step, run in order, even while the previous one runs
         decode_btn.click(handlers.on_decode_click, [visit_state, *sampling, *view_controls], step_outputs,
-                         api_name="decode", **model_run)
+                         api_name="decode", trigger_mode="multiple", **model_run)
         run_btn.click(handlers.on_run_click, [visit_state, run_count, *sampling, *view_controls], step_outputs,
-                      api_name="run", **model_run)
+                      api_name="run", trigger_mode="always_last", **model_run)
         reset_btn.click(handlers.on_reset_click, None, step_outputs, api_name="reset")
         view_inputs = [visit_state, step_select, layer_slider, average_box, hardware_select]
         for control in (step_select, layer_slider, average_box):
-            control.input(handlers.on_view_change, view_inputs, plots, concurrency_id=MODEL_QUEUE)
+            control.input(handlers.on_view_change, [*view_inputs, shown_state], plots, concurrency_id=MODEL_QUEUE)
+        for view, tab, plot in zip(VIEWS, tabs, plots, strict=True):
+            tab.select(handlers.on_tab_select(view), view_inputs, [shown_state, plot], concurrency_id=MODEL_QUEUE)
         hardware_select.input(handlers.on_hardware_change, [visit_state, step_select, hardware_select], plots[-1])
         for control in sampling[:5]:
             control.input(handlers.on_sampling_change, [visit_state, step_select, *sampling], plots[3])
@@ -132,12 +136,13 @@ def _sampling_controls() -> list[gr.components.Component]:
     return [sample_box, temperature, top_k, top_p, min_p, seed_box, max_new_box]
 
 
-def _view_tabs() -> list[gr.Plot]:
-    """One tab per view, each with its Plotly figure; returns the plots in `VIEWS` order."""
-    plots = []
+def _view_tabs() -> tuple[list[gr.Tab], list[gr.Plot]]:
+    """One tab per view, each with its Plotly figure; returns the tabs and the plots in `VIEWS` order."""
+    tabs, plots = [], []
     with gr.Tabs(elem_id="views"):
         for view in VIEWS:
-            with gr.Tab(VIEW_TITLES[view], id=view, elem_id=f"tab-{view}"):
+            with gr.Tab(VIEW_TITLES[view], id=view, elem_id=f"tab-{view}") as tab:
                 plots.append(gr.Plot(empty_figure(view, handlers.EMPTY_VIEW), show_label=False,
                                      elem_id=PLOT_IDS[view]))
-    return plots
+            tabs.append(tab)
+    return tabs, plots

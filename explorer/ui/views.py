@@ -88,10 +88,9 @@ class ViewOptions:
     hardware: str
 
 
-def all_views(visit: Visit, options: ViewOptions) -> list[go.Figure]:
-    """The five figures, in `VIEWS` order."""
-    return [journey_view(visit, options), attention_view(visit, options), kv_cache_view(visit, options),
-            sampling_view(visit, options), roofline_view(visit, options)]
+def render(visit: Visit, options: ViewOptions, view: str) -> go.Figure:
+    """The figure of one view ("journey", "attention", "kv_cache", "sampling" or "roofline")."""
+    return RENDERERS[view](visit, options)
 
 
 def journey_view(visit: Visit, options: ViewOptions) -> go.Figure:
@@ -149,3 +148,7 @@ def roofline_view(visit: Visit, options: ViewOptions) -> go.Figure:
     decode = trace if trace.step_index > 0 else None
     return roofline_figure(visit.spec, visit.traces[0], decode, get_hardware(options.hardware),
                            trace.step_index, measured=measured)
+
+
+RENDERERS = {"journey": journey_view, "attention": attention_view, "kv_cache": kv_cache_view,
+             "sampling": sampling_view, "roofline": roofline_view}

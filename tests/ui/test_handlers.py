@@ -12,7 +12,8 @@ from explorer.ui.models import SHAPE_ONLY_PREFIX, ModelRegistry
 # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
 GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)
 SAMPLED = (True, 0.8, 20, 0.9, 0.0, 3, 8)
-VIEW = (1, False, "h100-sxm")  # layer, average over heads, roofline hardware
+VIEWS = ("journey", "attention", "kv_cache", "sampling", "roofline")
+VIEW = (1, False, "h100-sxm", "attention")  # layer, average over heads, roofline hardware, the view on screen
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +30,23 @@ def meta(figure) -> dict:
     return figure.layout.meta
 
 
-def test_prefill_draws_five_views_of_step_zero(registry):
+def drawn(visit, view, step=None, layer=1, average_heads=False):
+    """Select a view's tab: the handler returns the view's name and its figure."""
+    shown, figure = handlers.on_tab_select(view)(visit, step, layer, average_heads, "h100-sxm")
+    assert shown == view
+    return figure
+
+
+def test_prefill_draws_the_view_on_screen_and_each_tab_draws_its_own(registry):
     visit, status, strip, text, steps, layer, *figures = prefill(registry)
     T = len(visit.traces[0].input_ids)
     assert f"**prefill**: {T} token(s) in, context n = {T}" in status
     assert strip.count('class="tok prompt') == T and strip.count('class="tok next"') == 1
     assert steps["choices"] == [("prefill", 0)] and steps["value"] == 0
     assert layer["maximum"] == 2 and layer["value"] == 1
-    assert [meta(f) for f in figures] == [{"view": v, "step": 0} for v in
-                                          ("journey", "attention", "kv_cache", "sampling", "roofline")]
+    assert meta(figures[1]) == {"view": "attention", "step": 0}
+    assert all(figure == gr.skip() for i, figure in enumerate(figures) if i != 1)  # off screen: not drawn
+    assert [meta(drawn(visit, view)) for view in VIEWS] == [{"view": v, "step": 0} for v in VIEWS]
 
 
 def test_decode_steps_grow_the_attention_and_the_cache(registry):
@@ -50,7 +59,7 @@ def test_decode_steps_grow_the_attention_and_the_cache(registry):
     heatmaps = [trace for trace in figures[1].data if trace.type == "heatmap"]
     assert len(heatmaps) == 6  # one panel per query head of the tiny model
     assert all(heatmap.z.shape == (T + 3, T + 3) for heatmap in heatmaps)
-    assert all(meta(f)["step"] == 3 for f in figures)
+    assert meta(figures[1])["step"] == 3 and all(meta(drawn(visit, view))["step"] == 3 for view in VIEWS)
     assert text == visit.session.text
 
 
@@ -58,7 +67,7 @@ def test_run_n_tokens_redraws_after_each_and_stops_at_max_new_tokens(registry):
     visit, *_ = prefill(registry)
     outputs = list(handlers.on_run_click(visit, 20, *GREEDY, *VIEW))
     assert len(outputs) == 7  # prefill chose token 1 of 8; seven decode steps choose the rest
-    assert [meta(out[6])["step"] for out in outputs] == list(range(1, 8))
+    assert [meta(out[7])["step"] for out in outputs] == list(range(1, 8))
     assert visit.session.finished and "Generation ended (max new tokens)" in outputs[-1][1]
 
 
@@ -67,16 +76,17 @@ def test_going_back_to_a_step_redraws_it_without_running_the_model(registry):
     for _ in range(3):
         handlers.on_decode_click(visit, *GREEDY, *VIEW)
     ids = list(visit.session.ids)
-    figures = handlers.on_view_change(visit, 1, 0, True, "h100-sxm")
-    assert [meta(f)["step"] for f in figures] == [1] * 5
+    figures = handlers.on_view_change(visit, 1, 0, True, "h100-sxm", "attention")
+    assert meta(figures[1])["step"] == 1 and figures[0] == gr.skip()
+    assert [meta(drawn(visit, view, step=1))["step"] for view in VIEWS] == [1] * 5
     averaged = [trace for trace in figures[1].data if trace.type == "heatmap"]
     assert len(averaged) == 1 and averaged[0].z.shape[0] == len(visit.traces[0].input_ids) + 1
     assert visit.session.ids == ids and len(visit.traces) == 4
 
 
 def test_moving_a_sampling_slider_resamples_the_stored_logits(registry):
-    visit, *views = prefill(registry, sampling=SAMPLED)
-    before = views[-2]
+    visit, *_ = prefill(registry, sampling=SAMPLED)
+    before = drawn(visit, "sampling")
     ids = list(visit.session.ids)
     after = handlers.on_sampling_change(visit, 0, True, 2.0, 5, 0.9, 0.0, 3, 8)
     assert before.to_json() != after.to_json() and meta(after) == {"view": "sampling", "step": 0}
@@ -130,7 +140,8 @@ def test_the_app_refuses_prompts_past_its_limit(registry, monkeypatch):
 
 def test_a_shape_only_model_takes_a_token_count_and_has_no_values(registry):
     choice = SHAPE_ONLY_PREFIX + "qwen3-0.6b"
-    visit, status, *_, journey, attention, kv, sampling, roofline = prefill(registry, prompt="", choice=choice)
+    visit, status, *_ = prefill(registry, prompt="", choice=choice)
+    attention, sampling, roofline = (drawn(visit, view) for view in ("attention", "sampling", "roofline"))
     assert visit.traces[0].op("layers.0.attn.q_proj").output_shapes == [[1, 17, 2048]]
     assert "shape-only mode has shapes but no values" in status
     assert "Shape-only mode" in attention.layout.annotations[0].text
@@ -150,5 +161,4 @@ def test_reset_forgets_the_session(registry):
     visit, *_ = prefill(registry)
     state, status, strip, text, steps, layer, *figures = handlers.on_reset_click()
     assert state is None and status == strip == text == "" and steps["choices"] == []
-    assert [meta(f) for f in figures] == [{"view": v, "step": None} for v in
-                                          ("journey", "attention", "kv_cache", "sampling", "roofline")]
+    assert [meta(f) for f in figures] == [{"view": v, "step": None} for v in VIEWS]

@@ -133,8 +133,8 @@ def test_title_states_the_memory_bound_share_decode_first(figure):
     options = CostOptions(precision=Precision("fp32", "fp32", "fp32"))
     decode = step_roofline(LLAMA, Step.decode(DECODE_CONTEXT), H100, options)
     title = figure.layout.title.text
-    assert title.startswith(f"decode: {decode.memory_bound_fraction:.0%} of its")
-    assert "prefill:" in title and title.endswith(H100.name)
+    assert title.startswith(f"Time lower bound: decode {decode.memory_bound_fraction:.0%} memory-bound (of ")
+    assert " · prefill " in title
 
 
 def test_decode_none_draws_the_prefill_alone():
