@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     args = parser.parse_args()
     torch.set_grad_enabled(False)
-    loaded = load_model()
+    loaded = load_model(device="cpu")
     bench_decode(loaded, args.steps)
     bench_prefill(loaded, 512)
     bench_session_memory(loaded, 2048, 64)

@@ -33,4 +33,4 @@ def embedded_model(embedded_cache_dir):
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EXPLORER_CACHE_DIR", str(embedded_cache_dir))
-        return load_model()
+        return load_model(device="cpu")  # float32 on the CPU whatever accelerator is present

@@ -3,7 +3,8 @@
 `TINY` is a Llama-like model with every dimension distinct (2 layers, 4 query heads, 2 KV heads,
 head_dim 8, d 32, d_ff 37, vocab 97), so a swapped axis shows. `SMOLLM2` has the embedded model's
 dimensions, for payload sizes. Wall times are made up (distinct per stop); attention probabilities
-are random, causal, rows summing to 1.
+are random, causal, rows summing to 1. `sampling_record` filters logits with numpy the way
+transformers' processors do (temperature, top-k, top-p, min-p), without torch.
 """
 
 from __future__ import annotations
@@ -15,13 +16,13 @@ import numpy as np
 from explorer.analysis.shapes import cache_length, predict_shapes
 from explorer.analysis.spec import ModelSpec
 from explorer.stops import features_for, stop_table
-from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, StepTrace
+from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, SamplingRecord, SamplingStage, StepTrace, softmax
 
 TINY = ModelSpec(family="llama", hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
                  intermediate_size=37, vocab_size=97, dense_intermediate_size=37)
 SMOLLM2 = ModelSpec(family="llama", hidden_size=576, n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64,
                     intermediate_size=1536, vocab_size=49152, dense_intermediate_size=1536,
-                    tie_word_embeddings=True)
+                    tie_word_embeddings=True, moe_layers=(False,) * 30)
 PROMPT_PIECES = ["<|im_start|>", "user", "\n", "What", " is", " 2", "+", "2", "?", "<|im_end|>", "\n"]
 GENERATED_PIECES = ["4", ".", " The", " answer", " is", " 4", "<|im_end|>"]
 NON_FLOAT_DTYPES = {"tokenize": "int64", "sample": "int64", "detokenize": "str"}
@@ -89,3 +90,35 @@ def _probs(spec: ModelSpec, layer: int, tokens: int, context: int,
     exp = np.exp(scores - scores.max(-1, keepdims=True))
     probs = (exp / exp.sum(-1, keepdims=True)).astype(np.float32)
     return list(probs.shape), probs
+
+
+def sampling_record(logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                    min_p: float = 0.0, seed: int = 0) -> SamplingRecord:
+    """The stages of `logits` ([vocab] float32) through each active filter and a seeded draw from the
+    last stage; with every filter off, greedy (the argmax of the raw logits)."""
+    do_sample = (temperature, top_k, top_p, min_p) != (1.0, 0, 1.0, 0.0)
+    stages = [SamplingStage("raw", logits.astype(np.float32))]
+    if temperature != 1.0:
+        stages.append(SamplingStage("temperature", stages[-1].logits / np.float32(temperature)))
+    if top_k:
+        threshold = np.sort(stages[-1].logits)[-top_k]
+        stages.append(SamplingStage("top_k", _kept(stages[-1].logits, stages[-1].logits >= threshold)))
+    if top_p < 1.0:
+        order = np.argsort(-stages[-1].logits, kind="stable")
+        cumulative = np.cumsum(stages[-1].probs[order])
+        keep = np.zeros(len(logits), bool)
+        keep[order[: int(np.searchsorted(cumulative, top_p)) + 1]] = True
+        stages.append(SamplingStage("top_p", _kept(stages[-1].logits, keep)))
+    if min_p > 0.0:
+        probs = stages[-1].probs
+        stages.append(SamplingStage("min_p", _kept(stages[-1].logits, probs >= min_p * probs.max())))
+    final = softmax(stages[-1].logits)
+    token_id = (int(np.random.default_rng(seed).choice(len(final), p=final / final.sum())) if do_sample
+                else int(np.argmax(logits)))
+    settings = {"do_sample": do_sample, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+                "min_p": min_p, "seed": seed, "max_new_tokens": 64}
+    return SamplingRecord(settings, stages, token_id, float(final[token_id]))
+
+
+def _kept(logits: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    return np.where(keep, logits, -np.inf).astype(np.float32)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -114,6 +115,31 @@ def load_hardware_file(path: str | Path) -> Hardware:
 def hardware_names() -> list[str]:
     """Catalogue keys, then "this-machine"."""
     return sorted(CATALOGUE) + [THIS_MACHINE]
+
+
+def catalogue_key_for(device_name: str) -> str | None:
+    """The catalogue entry of a device as its driver names it, or None when none matches.
+
+    The entry's chip (the first word of its key with a digit: "h100", "a100", "4090") must be a word
+    of `device_name`; among those, the entry whose name shares the most words wins, the first in the
+    catalogue on a tie. E.g. "NVIDIA A100-SXM4-80GB" -> "a100-80gb", "NVIDIA H100 PCIe" -> "h100-pcie",
+    "NVIDIA H100 80GB HBM3" -> "h100-sxm", "NVIDIA L40S" -> None.
+
+    Args:
+        device_name: e.g. `torch.cuda.get_device_name()`.
+    """
+    words = set(_words(device_name))
+    best, best_shared = None, 0
+    for key, entry in CATALOGUE.items():
+        chip = next(word for word in _words(key) if any(c.isdigit() for c in word))
+        shared = len(words & set(_words(entry["name"])))
+        if chip in words and shared > best_shared:
+            best, best_shared = key, shared
+    return best
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
 
 
 def get_hardware(name_or_path: str) -> Hardware:

@@ -37,7 +37,10 @@ def register(subparsers) -> None:
     parser.add_argument("--top-p", type=float, default=1.0, help="1.0 disables")
     parser.add_argument("--min-p", type=float, default=0.0, help="0.0 disables")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:0, ...")
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA, then Apple MPS, then CPU), cpu, cuda, cuda:1, mps")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                        help="weights' dtype; auto: bfloat16 on CUDA, float32 on CPU and MPS")
     parser.add_argument("--json", type=Path, help="write every step's whole trace to this file")
     parser.set_defaults(handler=run)
 
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _check_early(args)
-    loaded = load(model=args.model, config=args.config, device=args.device,
+    loaded = load(model=args.model, config=args.config, device=args.device, dtype=args.dtype,
                   progress=lambda message: print(message, file=sys.stderr))
     print(f"model: {loaded.description}")
     session = InferenceSession(loaded, settings)

@@ -12,9 +12,8 @@ from itertools import pairwise
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from explorer.figures.theme import HIGHLIGHT_COLOUR, base_layout, visible_piece
+from explorer.figures.theme import HIGHLIGHT_COLOUR, axis_key, base_layout, subplot_grid, visible_piece
 
 MAX_TICKS = 40  # token labels per axis before thinning
 TICK_PX = 13  # room one 10 px tick label needs
@@ -75,6 +74,11 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
         new_rows: the newest query rows (the last ones) to outline, e.g. 1 for a decode step.
         average: draw one panel, the mean over the query heads.
 
+    Returns:
+        A figure with `layout.meta == {"view": "attention", "step": step}`: one heatmap trace per
+        panel (z: [query blocks, key blocks] float32, x / y: block labels, sharing one 0..1 colour
+        axis), one subplot-title annotation per panel, and with `new_rows` one rectangle shape per panel.
+
     Raises:
         ValueError: `probs` not 3-D, `pieces` not n long, rows > n, h_q not a multiple of `n_kv_heads`,
             or `new_rows` outside 0..rows.
@@ -88,25 +92,25 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
     columns = 1 if average else grid_columns(heads, group)
     grid_rows = math.ceil(len(panels) / columns)
     panel_px = _panel_px(grid_rows, columns)
-    fig = make_subplots(rows=grid_rows, cols=columns, shared_xaxes=True, shared_yaxes=True,
-                        subplot_titles=[title for _, title in panels], horizontal_spacing=0.02,
-                        vertical_spacing=60 / (grid_rows * panel_px + 60))
+    layout, cells = subplot_grid([title for _, title in panels], rows=grid_rows, cols=columns, shared_xaxes=True,
+                                 shared_yaxes=True, horizontal_spacing=0.02,
+                                 vertical_spacing=60 / (grid_rows * panel_px + 60))
+    panel_cells = [cells[index // columns + 1, index % columns + 1] for index in range(len(panels))]
     keys = _block_labels(pieces, np.arange(0, n, factor))
     queries = _block_labels(pieces, n - rows + _query_block_starts(n - rows, rows, factor))
-    for index, (z, _) in enumerate(panels):
-        fig.add_trace(go.Heatmap(z=pool_attention(z, n, factor), x=[k for k, _ in keys], y=[q for q, _ in queries],
-                                 coloraxis="coloraxis",
-                                 hovertemplate="query %{y}<br>key %{x}<br>probability %{z:.3f}<extra></extra>"),
-                      row=index // columns + 1, col=index % columns + 1)
+    key_names, query_names = [k for k, _ in keys], [q for q, _ in queries]
+    data = [{"type": "heatmap", "z": pool_attention(z, n, factor), "x": key_names, "y": query_names,
+             "coloraxis": "coloraxis", "hovertemplate": "query %{y}<br>key %{x}<br>probability %{z:.3f}<extra></extra>",
+             **cell} for (z, _), cell in zip(panels, panel_cells, strict=True)]
     if new_rows:
         first_new = (n - new_rows) // factor - (n - rows) // factor
-        _mark_rows(fig, len(panels), first_new, len(queries), len(keys))
-    _style(fig, keys, queries, grid_rows, columns, panel_px)
+        layout["shapes"] = _row_outlines(panel_cells, first_new, len(queries), len(keys))
+    _style(layout, cells, keys, queries, grid_rows, columns, panel_px)
+    fig = go.Figure(data=data, layout=layout)
     what = "mean over heads" if average else f"{heads} query heads, {n_kv_heads} KV heads (GQA groups of {group})"
     pooled = f" · a cell spans {factor} tokens" if factor > 1 else ""
-    base_layout(fig, "attention", step, f"Attention probabilities, layer {layer}: {what}{pooled}",
-                height=grid_rows * panel_px + 220)
-    return fig
+    return base_layout(fig, "attention", step, f"Attention probabilities, layer {layer}: {what}{pooled}",
+                       height=grid_rows * panel_px + 220)
 
 
 def pooling_factor(n: int, panels: int, max_cells: int = MAX_CELLS) -> int:
@@ -189,32 +193,35 @@ def _check(probs: np.ndarray, pieces: list[str], n_kv_heads: int, new_rows: int)
         raise ValueError(f"new_rows must be within 0..{rows}, got {new_rows}.")
 
 
-def _mark_rows(fig: go.Figure, panels: int, first: int, stop: int, n_keys: int) -> None:
-    """Outline query rows first..stop-1 (category positions) on every panel."""
-    for index in range(panels):
-        suffix = "" if index == 0 else str(index + 1)
-        fig.add_shape(type="rect", xref=f"x{suffix}", yref=f"y{suffix}", x0=-0.5, x1=n_keys - 0.5,
-                      y0=first - 0.5, y1=stop - 0.5, line={"color": HIGHLIGHT_COLOUR, "width": 2},
-                      fillcolor="rgba(0,0,0,0)", name="newest rows")
+def _row_outlines(panel_cells: list[dict[str, str]], first: int, stop: int, n_keys: int) -> list[dict]:
+    """Rectangles around query rows first..stop-1 (category positions), one per panel."""
+    return [{"type": "rect", "xref": cell["xaxis"], "yref": cell["yaxis"], "x0": -0.5, "x1": n_keys - 0.5,
+             "y0": first - 0.5, "y1": stop - 0.5, "line": {"color": HIGHLIGHT_COLOUR, "width": 2},
+             "fillcolor": "rgba(0,0,0,0)", "name": "newest rows"} for cell in panel_cells]
 
 
-def _style(fig: go.Figure, keys: list[tuple[str, str]], queries: list[tuple[str, str]], grid_rows: int,
-           columns: int, panel_px: int) -> None:
+def _style(layout: dict, cells: dict[tuple[int, int], dict[str, str]], keys: list[tuple[str, str]],
+           queries: list[tuple[str, str]], grid_rows: int, columns: int, panel_px: int) -> None:
     """Thinned token ticks on the outer axes only (the inner ones share them), one 0..1 colour scale."""
     key_ticks = thinned_ticks(len(keys), min(MAX_TICKS, 1150 // columns // TICK_PX))
     query_ticks = thinned_ticks(len(queries), min(MAX_TICKS, panel_px // TICK_PX))
-    fig.update_xaxes(showgrid=False, tickfont={"size": 10}, tickangle=-90)
-    fig.update_yaxes(showgrid=False, tickfont={"size": 10}, autorange="reversed")
-    fig.update_xaxes(tickmode="array", tickvals=[keys[i][0] for i in key_ticks],
-                     ticktext=[keys[i][1] for i in key_ticks], row=grid_rows)
-    fig.update_xaxes(title_text="key (token attended to)", row=grid_rows, col=1)
-    fig.update_yaxes(tickmode="array", tickvals=[queries[i][0] for i in query_ticks],
-                     ticktext=[queries[i][1] for i in query_ticks], col=1)
-    fig.update_yaxes(title_text="query", col=1, row=1)
-    fig.update_layout(coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": 1.0,
-                                 "colorbar": {"title": {"text": "probability", "side": "right"}, "thickness": 14}},
-                      plot_bgcolor=MASKED_COLOUR)
-    fig.update_annotations(font={"size": 12})
+    for (row, col), cell in cells.items():
+        x_axis, y_axis = layout[axis_key(cell["xaxis"])], layout[axis_key(cell["yaxis"])]
+        x_axis.update(showgrid=False, tickfont={"size": 10}, tickangle=-90)
+        y_axis.update(showgrid=False, tickfont={"size": 10}, autorange="reversed")
+        if row == grid_rows:
+            x_axis.update(tickmode="array", tickvals=[keys[i][0] for i in key_ticks],
+                          ticktext=[keys[i][1] for i in key_ticks])
+        if col == 1:
+            y_axis.update(tickmode="array", tickvals=[queries[i][0] for i in query_ticks],
+                          ticktext=[queries[i][1] for i in query_ticks])
+    layout[axis_key(cells[grid_rows, 1]["xaxis"])]["title"] = {"text": "key (token attended to)"}
+    layout[axis_key(cells[1, 1]["yaxis"])]["title"] = {"text": "query"}
+    for note in layout["annotations"]:
+        note["font"] = {"size": 12}
+    layout.update(coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": 1.0,
+                             "colorbar": {"title": {"text": "probability", "side": "right"}, "thickness": 14}},
+                  plot_bgcolor=MASKED_COLOUR)
 
 
 def _panel_px(grid_rows: int, columns: int) -> int:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from explorer.figures.theme import base_layout, kind_colour
+from explorer.figures.theme import base_layout, kind_colour, set_layout, subplot_grid
 from explorer.journey import ms_text, shape_text, step_label
 from explorer.trace import OpRecord, StepTrace
 
@@ -73,69 +73,90 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> 
         decode: the decode step shown beside it, or None before the first decode step.
         layer: the decoder layer whose stops are shown (0-based).
 
+    Returns:
+        A figure with `layout.meta == {"view": "journey", "step": ...}`. Per step column pair: a bar
+        trace in the shape column (x = 1 per row, tinted per row by operator kind, the hover text), a
+        bar trace in the wall-time column (x: wall time in ms, per-row colour and "ms" text; a stop
+        absent from the step has no bar) and a text trace with the shapes; then one legend-only bar
+        trace per operator kind, named by the kind.
+
     Raises:
         ValueError: the prefill has no stop in layer `layer`.
     """
     rows = [op for op in prefill.ops if op.layer in (None, layer)]
     if not any(op.layer == layer for op in rows):
         raise ValueError(f"The prefill has no stops in layer {layer}.")
-    names = [op.name for op in rows]
-    decode_ops = {op.name: op for op in decode.ops} if decode else {}
     vocab = _vocab(prefill)
-    fig = make_subplots(rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012,
-                        column_widths=[0.38, 0.12, 0.38, 0.12],
-                        subplot_titles=[_column_title(prefill), "wall time",
-                                        _column_title(decode) if decode else "decode", "wall time" if decode else ""])
-    _add_column(fig, rows, vocab, 1, show_legend=True)
+    layout, cells = subplot_grid(
+        [_column_title(prefill), "wall time", _column_title(decode) if decode else "decode", "wall time" if decode else ""],
+        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012, column_widths=[0.38, 0.12, 0.38, 0.12])
+    data = _column(rows, vocab, cells[1, 1], cells[1, 2])
     if decode is None:
-        fig.add_annotation(text="run a decode step", showarrow=False, x=sum(fig.layout.xaxis3.domain) / 2,
-                           y=0.5, xref="paper", yref="paper", font={"size": 15, "color": "#777777"})
+        layout["annotations"].append({"text": "run a decode step", "showarrow": False, "y": 0.5, "xref": "paper",
+                                      "x": sum(layout["xaxis3"]["domain"]) / 2, "yref": "paper",
+                                      "font": {"size": 15, "color": "#777777"}})
     else:
-        _add_column(fig, [decode_ops.get(name) or _absent(name) for name in names], vocab, 3, show_legend=False)
-    _style_axes(fig, rows, [prefill, decode] if decode else [prefill])
-    step = decode.step_index if decode else 0
-    base_layout(fig, "journey", step, f"Journey through layer {layer}: shapes and wall time at every stop",
-                height=ROW_PX * len(rows) + 220)
-    fig.update_layout(margin={"l": 150, "r": 20, "t": 90, "b": 120}, bargap=0.15, hovermode="closest",
-                      legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom",
-                              "x": 0, "title": {"text": "operator kind"}})
-    return fig
+        decode_ops = {op.name: op for op in decode.ops}
+        data += _column([decode_ops.get(op.name) or _absent(op.name) for op in rows], vocab, cells[1, 3], cells[1, 4])
+    data += _legend(rows)
+    _style_axes(layout, rows, [prefill, decode] if decode else [prefill])
+    layout.update(bargap=0.15, hovermode="closest",
+                  legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0,
+                          "title": {"text": "operator kind"},
+                          "itemclick": False, "itemdoubleclick": False})  # a key: its entries hide nothing
+    fig = go.Figure(data=data, layout=layout)
+    base_layout(fig, "journey", decode.step_index if decode else 0,
+                f"Journey through layer {layer}: shapes and wall time at every stop", height=ROW_PX * len(rows) + 220)
+    return set_layout(fig, margin={"l": 150, "r": 20, "t": 90, "b": 120})
 
 
-def _add_column(fig: go.Figure, ops: list[OpRecord], vocab: int, col: int, show_legend: bool) -> None:
-    """Shape text in column `col` (tinted by kind, the whole row hoverable) and wall-time bars in `col + 1`."""
-    for kind in dict.fromkeys(op.kind for op in ops if op.kind):
-        members = [op for op in ops if op.kind == kind]
-        hover = [_hover(op, vocab) for op in members]
-        y = [op.name for op in members]
-        common = {"y": y, "orientation": "h", "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>",
-                  "legendgroup": kind, "name": kind, "marker": {"color": kind_colour(kind)}}
-        fig.add_trace(go.Bar(x=[1.0] * len(members), opacity=0.28, showlegend=False, **common), 1, col)
-        walls = [max(op.wall_ms or 0.0, MIN_BAR_MS) for op in members]
-        fig.add_trace(go.Bar(x=walls, text=[ms_text(op) for op in members], textposition="outside",
-                             cliponaxis=False, showlegend=show_legend, **common), 1, col + 1)
-    fig.add_trace(go.Scatter(x=[0.015] * len(ops), y=[op.name for op in ops], mode="text",
-                             text=[_fit(_flow(op)) for op in ops], textposition="middle right",
-                             textfont={"family": "monospace", "size": 11}, hoverinfo="skip",
-                             showlegend=False), 1, col)
+def _column(ops: list[OpRecord], vocab: int, shapes_cell: dict, wall_cell: dict) -> list[dict]:
+    """One step's traces: a full-width bar per row tinted by kind (the row's hover) and the shape text
+    in the shapes column; a wall-time bar per stop that ran in the wall-time column."""
+    ran = [op for op in ops if op.kind]
+    y = [op.name for op in ran]
+    colours = [kind_colour(op.kind) for op in ran]
+    common = {"type": "bar", "y": y, "orientation": "h", "hovertext": [_hover(op, vocab) for op in ran],
+              "hovertemplate": "%{hovertext}<extra></extra>", "showlegend": False}
+    walls = np.array([max(op.wall_ms or 0.0, MIN_BAR_MS) for op in ran])  # float64: a few values, exact
+    return [
+        {**common, **shapes_cell, "name": "stop", "x": np.ones(len(ran), np.float32), "opacity": 0.28,
+         "marker": {"color": colours}},
+        {**common, **wall_cell, "name": "wall time", "x": walls, "marker": {"color": colours},
+         "text": [ms_text(op) for op in ran], "textposition": "outside", "cliponaxis": False},
+        {"type": "scatter", **shapes_cell, "x": np.full(len(ops), 0.015, np.float32), "y": [op.name for op in ops],
+         "mode": "text", "text": [_fit(_flow(op)) for op in ops], "textposition": "middle right",
+         "textfont": {"family": "monospace", "size": 11}, "hoverinfo": "skip", "showlegend": False},
+    ]
 
 
-def _style_axes(fig: go.Figure, rows: list[OpRecord], traces: list[StepTrace]) -> None:
+def _legend(ops: list[OpRecord]) -> list[dict]:
+    """One legend entry per operator kind, in order of first appearance: a bar at no position (a
+    trace without data gets no legend entry; one at a real row would shrink that row's bars). One
+    legend group per kind lays the entries out at their own widths rather than on a wide grid."""
+    kinds = dict.fromkeys(op.kind for op in ops if op.kind)
+    return [{"type": "bar", "x": [None], "y": [None], "orientation": "h", "name": kind, "legendgroup": kind,
+             "showlegend": True, "marker": {"color": kind_colour(kind)}} for kind in kinds]
+
+
+def _style_axes(layout: dict, rows: list[OpRecord], traces: list[StepTrace]) -> None:
     """Rows in execution order top to bottom, labelled without the `layers.i.` prefix (the title says
     which layer); log wall-time axes with room for the bar labels."""
     names = [op.name for op in rows]
-    labels = [_relative(op) for op in rows]
-    fig.update_yaxes(categoryorder="array", categoryarray=names, tickvals=names, ticktext=labels,
-                     autorange="reversed", showgrid=False, tickfont={"family": "monospace", "size": 12})
+    rows_axis = {"categoryorder": "array", "categoryarray": names, "tickvals": names,
+                 "ticktext": [_relative(op) for op in rows], "autorange": "reversed", "showgrid": False,
+                 "tickfont": {"family": "monospace", "size": 12}}
+    for col in (1, 2, 3, 4):
+        layout[f"yaxis{col if col > 1 else ''}"].update(rows_axis)
     for col in (1, 3):
-        fig.update_xaxes(range=[0, 1], visible=False, col=col)
+        layout[f"xaxis{col if col > 1 else ''}"].update(range=[0, 1], visible=False)
     for col, trace in zip((2, 4), traces, strict=False):
         longest = max((op.wall_ms or 0.0 for op in trace.ops), default=0.0)
         top = math.log10(max(longest, MIN_BAR_MS)) + 1.2  # room for the "12.34" label past the longest bar
         decades = list(range(round(math.log10(MIN_BAR_MS)), math.floor(top) + 1, 2))
-        fig.update_xaxes(type="log", range=[math.log10(MIN_BAR_MS), top], title_text="ms (log scale)",
-                         tickvals=[10.0**k for k in decades], ticktext=[f"{10.0**k:g}" for k in decades],
-                         tickangle=0, col=col)
+        layout[f"xaxis{col}"].update(type="log", range=[math.log10(MIN_BAR_MS), top],
+                                     title={"text": "ms (log scale)"}, tickvals=[10.0**k for k in decades],
+                                     ticktext=[f"{10.0**k:g}" for k in decades], tickangle=0)
 
 
 def _column_title(trace: StepTrace) -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout
+from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, set_layout, subplot_grid
 from explorer.journey import shape_text, step_label
 from explorer.trace import KVSnapshot, StepTrace
 
@@ -41,61 +41,64 @@ def kv_cache_figure(traces: list[StepTrace], n_heads: int, step: int) -> go.Figu
     totals = [total_bytes(t.kv) for t in traces]
     mha_totals = [mha_bytes(t.kv, n_heads) for t in traces]
     unit, scale = byte_unit(max(mha_totals))
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.09,
-                        subplot_titles=["K + V of all layers after each step",
-                                        f"K and V per layer after {step_label(current)}"])
-    _add_totals(fig, traces, totals, mha_totals, scale, unit)
-    _add_layers(fig, current)
+    layout, cells = subplot_grid(["K + V of all layers after each step", f"K and V per layer after {step_label(current)}"],
+                                 rows=1, cols=2, column_widths=[0.45, 0.55], horizontal_spacing=0.09)
+    data = _totals(traces, totals, mha_totals, scale, unit, layout) + _layers(current, layout)
+    layout["annotations"] += [
+        _saving_note(current.step_index, totals[-1], mha_totals[-1], scale),
+        {"text": shapes_text(current.kv), "xref": "paper", "yref": "paper", "x": 0, "y": 1, "yshift": 36,
+         "xanchor": "left", "yanchor": "bottom", "showarrow": False, "font": {"size": 12, "color": "#555555"}},
+    ]
+    layout.update(barmode="stack", hovermode="closest", legend={
+        "orientation": "h", "x": 1, "xanchor": "right", "y": -0.14, "yanchor": "top", "traceorder": "normal"})
+    fig = go.Figure(data=[{**trace, **cells[1, col]} for trace, col in data], layout=layout)
     base_layout(fig, "kv_cache", step, f"KV cache after {step_label(current)}: {bytes_text(totals[-1])} "
                 f"in {len(current.kv)} layers (MHA of equal size: {bytes_text(mha_totals[-1])})", height=500)
-    _add_saving_note(fig, current.step_index, totals[-1], mha_totals[-1], scale)
-    fig.add_annotation(text=shapes_text(current.kv), xref="paper", yref="paper", x=0, y=1, yshift=36,
-                       xanchor="left", yanchor="bottom", showarrow=False, font={"size": 12, "color": "#555555"})
-    fig.update_layout(margin={"l": 70, "r": 20, "t": 120, "b": 60}, barmode="stack", hovermode="closest",
-                      legend={"orientation": "h", "x": 1, "xanchor": "right", "y": -0.14, "yanchor": "top",
-                              "traceorder": "normal"})
-    return fig
+    return set_layout(fig, margin={"l": 70, "r": 20, "t": 120, "b": 60})
 
 
-def _add_totals(fig: go.Figure, traces: list[StepTrace], totals: list[int], mha_totals: list[int],
-                scale: int, unit: str) -> None:
+def _totals(traces: list[StepTrace], totals: list[int], mha_totals: list[int], scale: int, unit: str,
+            layout: dict) -> list[tuple[dict, int]]:
+    """The GQA and MHA totals over the steps (left panel, column 1), and that panel's axes."""
     steps = [t.step_index for t in traces]
     hover = [f"{step_label(t)} · n = {t.context_length}" for t in traces]
-    for name, values, dash, colour in (("GQA (this model)", totals, "solid", PREFILL_COLOUR),
-                                       ("MHA of equal size", mha_totals, "dash", MHA_COLOUR)):
-        fig.add_trace(go.Scatter(x=steps, y=[v / scale for v in values], name=name, mode="lines+markers",
-                                 line={"dash": dash, "color": colour}, customdata=hover,
-                                 hovertemplate=f"%{{customdata}}<br>{name}: %{{y:.3g}} {unit}<extra></extra>"),
-                      1, 1)
-    fig.update_xaxes(title_text="step (0 = prefill)", tickmode="array", tickvals=steps,
-                     ticktext=[step_label(t) if t.step_index == 0 else str(t.step_index) for t in traces],
-                     row=1, col=1)
-    if len(steps) > 12:
-        fig.update_xaxes(tickmode="auto", nticks=12, row=1, col=1)
-    fig.update_yaxes(title_text=f"K + V ({unit})", rangemode="tozero", row=1, col=1)
+    lines = [({"type": "scatter", "x": steps, "y": np.array(values, np.float64) / scale, "name": name,
+               "mode": "lines+markers", "line": {"dash": dash, "color": colour}, "customdata": hover,
+               "hovertemplate": f"%{{customdata}}<br>{name}: %{{y:.3g}} {unit}<extra></extra>"}, 1)
+             for name, values, dash, colour in (("GQA (this model)", totals, "solid", PREFILL_COLOUR),
+                                                ("MHA of equal size", mha_totals, "dash", MHA_COLOUR))]
+    ticks = {"tickmode": "auto", "nticks": 12} if len(steps) > 12 else {
+        "tickmode": "array", "tickvals": steps,
+        "ticktext": [step_label(t) if t.step_index == 0 else str(t.step_index) for t in traces]}
+    layout["xaxis"].update(title={"text": "step (0 = prefill)"}, **ticks)
+    layout["yaxis"].update(title={"text": f"K + V ({unit})"}, rangemode="tozero")
+    return lines
 
 
-def _add_saving_note(fig: go.Figure, step: int, total: int, mha_total: int, scale: int) -> None:
+def _saving_note(step: int, total: int, mha_total: int, scale: int) -> dict:
     """What GQA saves at the current step, pointing at the MHA line's last point."""
     factor = mha_total / total if total else 1.0
-    fig.add_annotation(x=step, y=mha_total / scale, xref="x", yref="y", ax=-20, ay=-28, xanchor="right",
-                       text=f"GQA: ×{factor:.3g} smaller, saves {bytes_text(mha_total - total)}",
-                       showarrow=True, arrowhead=2, arrowcolor=MHA_COLOUR, font={"size": 12})
+    return {"x": step, "y": mha_total / scale, "xref": "x", "yref": "y", "ax": -20, "ay": -28, "xanchor": "right",
+            "text": f"GQA: ×{factor:.3g} smaller, saves {bytes_text(mha_total - total)}", "showarrow": True,
+            "arrowhead": 2, "arrowcolor": MHA_COLOUR, "font": {"size": 12}}
 
 
-def _add_layers(fig: go.Figure, trace: StepTrace) -> None:
+def _layers(trace: StepTrace, layout: dict) -> list[tuple[dict, int]]:
+    """Each layer's K and V bytes at the current step (right panel, column 2), and that panel's axes."""
     layers = [snap.layer for snap in trace.kv]
     unit, scale = byte_unit(max(snap.key_bytes + snap.value_bytes for snap in trace.kv))
+    bars = []
     for name, colour, attr in (("K", PREFILL_COLOUR, "key"), ("V", DECODE_COLOUR, "value")):
         sizes = [getattr(snap, f"{attr}_bytes") for snap in trace.kv]
         hover = [f"layer {snap.layer} {name}: {shape_text(getattr(snap, f'{attr}_shape'))}, "
                  f"{bytes_text(size)}, {getattr(snap, f'{attr}_shape')[2]} positions"
                  for snap, size in zip(trace.kv, sizes, strict=True)]
-        fig.add_trace(go.Bar(x=layers, y=[s / scale for s in sizes], name=f"{name} per layer",
-                             marker={"color": colour}, hovertext=hover,
-                             hovertemplate="%{hovertext}<extra></extra>"), 1, 2)
-    fig.update_xaxes(title_text="layer", dtick=1 if len(layers) <= 16 else 2, row=1, col=2)
-    fig.update_yaxes(title_text=f"bytes per layer ({unit})", row=1, col=2)
+        bars.append(({"type": "bar", "x": layers, "y": np.array(sizes, np.float64) / scale, "name": f"{name} per layer",
+                      "marker": {"color": colour}, "hovertext": hover,
+                      "hovertemplate": "%{hovertext}<extra></extra>"}, 2))
+    layout["xaxis2"].update(title={"text": "layer"}, dtick=1 if len(layers) <= 16 else 2)
+    layout["yaxis2"].update(title={"text": f"bytes per layer ({unit})"})
+    return bars
 
 
 def total_bytes(kv: list[KVSnapshot]) -> int:

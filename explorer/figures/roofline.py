@@ -11,9 +11,12 @@ Costs come from `explorer.analysis` (`step_costs`, `totals_by_op`, `roofline_poi
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from explorer.analysis.costs import totals_by_op
 from explorer.analysis.hardware import Hardware
@@ -21,7 +24,7 @@ from explorer.analysis.measured import measured_points, step_from_trace, trace_p
 from explorer.analysis.records import CostOptions, OpCost
 from explorer.analysis.roofline import StepRoofline, step_roofline
 from explorer.analysis.spec import ModelSpec
-from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout
+from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, set_layout, subplot_grid
 from explorer.trace import StepTrace
 
 STAGE_COLOURS = {"prefill": PREFILL_COLOUR, "decode": DECODE_COLOUR}
@@ -30,6 +33,10 @@ SMALL_FONT = {"size": 12}
 # Per-row operators (norms, softmax, residuals) have the same intensity in prefill and decode: the
 # smaller decode marker sits inside the prefill one instead of hiding it.
 MARKER_SIZES = {"prefill": 14, "decode": 8}
+COST_CACHE_SIZE = 64  # step costs kept (a few KB each)
+_COSTS: dict[tuple, object] = {}
+_COSTS_LOCK = threading.Lock()  # Gradio runs handlers on worker threads
+T = TypeVar("T")
 
 
 def roofline_figure(spec: ModelSpec, prefill: StepTrace, decode: StepTrace | None, hardware: Hardware, step: int,
@@ -62,37 +69,61 @@ def roofline_figure(spec: ModelSpec, prefill: StepTrace, decode: StepTrace | Non
     """
     stages = [(trace, _roofline(spec, trace, hardware)) for trace in (prefill, decode) if trace is not None]
     peak, peak_dtype = hardware.peak_flops_per_s(stages[0][1].precision.activations)
-    measured_by_stage = {t.stage: measured_ops(t, spec) for t, _ in stages} if measured else {}
+    measured_by_stage = {t.stage: _measured(spec, t) for t, _ in stages} if measured else {}
     intensities = [p.arithmetic_intensity for _, r in stages for p in r.points if p.cost.flops > 0]
     x, y = roof_line(hardware, peak, min(intensities, default=1.0) / 3, max(intensities, default=1.0) * 3)
     lowest = min([y[0]] + [cost.flops / s for ops in measured_by_stage.values() for cost, s in ops])
     scale, unit = flops_unit(peak)
     roof_title = f"Roofline of {hardware.name} ({peak_dtype} peak), operators summed over layers"
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.64, 0.36], horizontal_spacing=0.2,
-                        subplot_titles=(roof_title, "Time lower bound per operator"))
-    _add_roof(fig, hardware, (x, y), peak_dtype, scale, unit)
+    layout, cells = subplot_grid([roof_title, "Time lower bound per operator"], rows=1, cols=2,
+                                 column_widths=[0.64, 0.36], horizontal_spacing=0.2)
+    data = roof_traces(hardware, (x, y), scale, unit)
     for trace, roofline in stages:
-        fig.add_trace(analytic_trace(roofline, scale), row=1, col=1)
+        data.append(analytic_trace(roofline, scale))
         if measured_by_stage.get(trace.stage):
-            fig.add_trace(measured_trace(trace.stage, measured_by_stage[trace.stage], scale, unit, trace.device),
-                          row=1, col=1)
-        fig.add_trace(time_trace(roofline), row=1, col=2)
-    fig.update_xaxes(range=[np.log10(x[0]), np.log10(x[-1])], row=1, col=1)
-    fig.update_yaxes(range=[np.log10(lowest / scale / 4), np.log10(peak / scale * 4)], row=1, col=1)
-    fig.update_xaxes(type="log", title_text="arithmetic intensity (FLOP/byte)", exponentformat="none", row=1, col=1)
-    fig.update_yaxes(type="log", title_text=f"attainable FLOP/s ({unit})", exponentformat="none",
-                     separatethousands=True, row=1, col=1)
-    fig.update_xaxes(type="log", title_text="time lower bound (µs)", exponentformat="none", row=1, col=2)
-    fig.update_yaxes(type="category", autorange="reversed", row=1, col=2)
+            data.append(measured_trace(trace.stage, measured_by_stage[trace.stage], scale, unit, trace.device))
+        data.append({**time_trace(roofline), **cells[1, 2]})
+    layout["annotations"] += roof_labels(hardware, (x, y), peak_dtype, scale, unit)
+    layout["xaxis"].update(type="log", range=[np.log10(x[0]), np.log10(x[-1])], exponentformat="none",
+                           title={"text": "arithmetic intensity (FLOP/byte)"})
+    layout["yaxis"].update(type="log", range=[np.log10(lowest / scale / 4), np.log10(peak / scale * 4)],
+                           title={"text": f"attainable FLOP/s ({unit})"}, exponentformat="none",
+                           separatethousands=True)
+    layout["xaxis2"].update(type="log", title={"text": "time lower bound (µs)"}, exponentformat="none")
+    layout["yaxis2"].update(type="category", autorange="reversed")
+    layout.update(barmode="group", legend={"orientation": "h", "x": 0, "y": -0.14, "yanchor": "top"})
+    fig = go.Figure(data=data, layout=layout)
     base_layout(fig, "roofline", step, _conclusion([r for _, r in stages]), height=580)
-    fig.update_layout(barmode="group", legend={"orientation": "h", "x": 0, "y": -0.14, "yanchor": "top"},
-                      margin={"b": 90})
-    return fig
+    return set_layout(fig, margin={"l": 60, "r": 20, "t": 60, "b": 90})
 
 
 def _roofline(spec: ModelSpec, trace: StepTrace, hardware: Hardware) -> StepRoofline:
     """One point per operator (summed over layers) for the step the trace ran, in its own dtype."""
-    return step_roofline(spec, step_from_trace(trace), hardware, CostOptions(precision=trace_precision(trace)))
+    step, options = step_from_trace(trace), CostOptions(precision=trace_precision(trace))
+    key = ("roofline", spec, step, options, repr(hardware))  # Hardware holds dicts: not hashable itself
+    return _memoised(key, lambda: step_roofline(spec, step, hardware, options))
+
+
+def _measured(spec: ModelSpec, trace: StepTrace) -> list[tuple[OpCost, float]]:
+    """`measured_ops`, memoised on the step, its dtype and every stop's wall time."""
+    walls = tuple((op.name, op.wall_ms) for op in trace.ops)
+    key = ("measured", spec, step_from_trace(trace), trace_precision(trace), walls)
+    return _memoised(key, lambda: measured_ops(trace, spec))
+
+
+def _memoised(key: tuple, compute: Callable[[], T]) -> T:
+    """`compute()`, kept under `key` among the last `COST_CACHE_SIZE` results: every redraw after a
+    decode step recosts the same prefill, ~20 ms of `step_costs` for SmolLM2 on the 2-core
+    development machine."""
+    with _COSTS_LOCK:
+        cached = _COSTS.get(key)
+    if cached is None:
+        cached = compute()
+        with _COSTS_LOCK:
+            if len(_COSTS) >= COST_CACHE_SIZE:
+                _COSTS.pop(next(iter(_COSTS)))  # the oldest
+            _COSTS[key] = cached
+    return cached
 
 
 def flops_unit(peak_flops_per_s: float) -> tuple[float, str]:
@@ -111,33 +142,47 @@ def roof_line(hardware: Hardware, peak_flops_per_s: float, x_min: float, x_max: 
     return x, np.minimum(peak_flops_per_s, x * hardware.memory_bandwidth_bytes_per_s)
 
 
-def _add_roof(fig: go.Figure, hardware: Hardware, corners: tuple[np.ndarray, np.ndarray], peak_dtype: str,
-              scale: float, unit: str) -> None:
-    """The roofline, its ridge point, and labels placed where no point can be: below the memory
-    slope's left end, below the roof right of the ridge, above the compute roof's right end."""
+def roof_traces(hardware: Hardware, corners: tuple[np.ndarray, np.ndarray], scale: float, unit: str) -> list[dict]:
+    """The roofline through its corners and its ridge point, as scatter trace dicts on the left panel.
+
+    Args:
+        hardware: the machine.
+        corners: `roof_line`'s x [3] FLOP/byte and y [3] FLOP/s.
+        scale: FLOP/s per unit of the y axis (see `flops_unit`); unit: its name.
+    """
     x, y = corners
     ridge, peak = x[1], y[1]
-    fig.add_trace(go.Scatter(name="roofline", x=x.astype(np.float32), y=(y / scale).astype(np.float32),
-                             mode="lines", line={"color": ROOF_COLOUR, "width": 2}, showlegend=False,
-                             hovertemplate="%{x:.3g} FLOP/byte: at most %{y:.3g} " + unit + "<extra></extra>"),
-                  row=1, col=1)
-    fig.add_trace(go.Scatter(name="ridge point", x=np.array([ridge], np.float32),
-                             y=np.array([peak / scale], np.float32), mode="markers", showlegend=False,
-                             marker={"color": ROOF_COLOUR, "size": 9, "symbol": "diamond"},
-                             hovertemplate=f"ridge point {ridge:.3g} FLOP/byte<extra></extra>"), row=1, col=1)
+    return [
+        {"type": "scatter", "name": "roofline", "x": x.astype(np.float32), "y": (y / scale).astype(np.float32),
+         "mode": "lines", "line": {"color": ROOF_COLOUR, "width": 2}, "showlegend": False,
+         "hovertemplate": "%{x:.3g} FLOP/byte: at most %{y:.3g} " + unit + "<extra></extra>"},
+        {"type": "scatter", "name": "ridge point", "x": np.array([ridge], np.float32),
+         "y": np.array([peak / scale], np.float32), "mode": "markers", "showlegend": False,
+         "marker": {"color": ROOF_COLOUR, "size": 9, "symbol": "diamond"},
+         "hovertemplate": f"ridge point {ridge:.3g} FLOP/byte<extra></extra>"},
+    ]
+
+
+def roof_labels(hardware: Hardware, corners: tuple[np.ndarray, np.ndarray], peak_dtype: str, scale: float,
+                unit: str) -> list[dict]:
+    """Annotations placed where no point can be: below the memory slope's left end, below the roof
+    right of the ridge, above the compute roof's right end (x and y in log10, as log axes want)."""
+    x, y = corners
+    ridge, peak = x[1], y[1]
     labels = [
         (ridge, peak, f"ridge {ridge:,.0f} FLOP/byte", "left", "top", 6, -10),
         (x[-1], peak, f"compute roof {peak / scale:,.3g} {unit} ({peak_dtype})", "right", "bottom", 0, 10),
         (x[0] * 1.2, y[0] * 1.2, f"memory slope {_si(hardware.memory_bandwidth_bytes_per_s, 'B/s')}",
          "left", "top", 8, -8),
     ]
-    for lx, ly, text, xanchor, yanchor, xshift, yshift in labels:
-        fig.add_annotation(x=np.log10(lx), y=np.log10(ly / scale), text=text, showarrow=False, xanchor=xanchor,
-                           yanchor=yanchor, xshift=xshift, yshift=yshift, font=SMALL_FONT, row=1, col=1)
+    return [{"x": np.log10(lx), "y": np.log10(ly / scale), "xref": "x", "yref": "y", "text": text,
+             "showarrow": False, "xanchor": xanchor, "yanchor": yanchor, "xshift": xshift, "yshift": yshift,
+             "font": SMALL_FONT} for lx, ly, text, xanchor, yanchor, xshift, yshift in labels]
 
 
-def analytic_trace(roofline: StepRoofline, scale: float) -> go.Scatter:
-    """One marker per operator with FLOPs > 0 at (arithmetic intensity, attainable FLOP/s / scale)."""
+def analytic_trace(roofline: StepRoofline, scale: float) -> dict:
+    """A scatter trace dict, left panel: one marker per operator with FLOPs > 0 at (arithmetic
+    intensity, attainable FLOP/s / scale)."""
     stage = roofline.step.stage
     points = [p for p in roofline.points if p.cost.flops > 0]
     hover = [
@@ -146,12 +191,13 @@ def analytic_trace(roofline: StepRoofline, scale: float) -> go.Scatter:
         f"time lower bound {_duration(p.time_lower_bound_s)}"
         for p in points
     ]
-    return go.Scatter(
-        name=f"{stage} analytic", x=np.array([p.arithmetic_intensity for p in points], np.float32),
-        y=np.array([p.attainable_flops_per_s / scale for p in points], np.float32), mode="markers",
-        marker={"color": STAGE_COLOURS[stage], "size": MARKER_SIZES[stage], "line": {"color": "white", "width": 1}},
-        customdata=[p.cost.name for p in points], hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
-    )
+    return {
+        "type": "scatter", "name": f"{stage} analytic", "mode": "markers",
+        "x": np.array([p.arithmetic_intensity for p in points], np.float32),
+        "y": np.array([p.attainable_flops_per_s / scale for p in points], np.float32),
+        "marker": {"color": STAGE_COLOURS[stage], "size": MARKER_SIZES[stage], "line": {"color": "white", "width": 1}},
+        "customdata": [p.cost.name for p in points], "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>",
+    }
 
 
 def measured_ops(trace: StepTrace, spec: ModelSpec) -> list[tuple[OpCost, float]]:
@@ -167,8 +213,9 @@ def measured_ops(trace: StepTrace, spec: ModelSpec) -> list[tuple[OpCost, float]
     return [(cost, wall_s[cost.name]) for cost in costs if cost.flops > 0]
 
 
-def measured_trace(stage: str, ops: list[tuple[OpCost, float]], scale: float, unit: str, device: str) -> go.Scatter:
-    """Open markers at (analytic intensity, analytic FLOPs / measured seconds / scale)."""
+def measured_trace(stage: str, ops: list[tuple[OpCost, float]], scale: float, unit: str, device: str) -> dict:
+    """A scatter trace dict, left panel: open markers at (analytic intensity, analytic FLOPs / measured
+    seconds / scale)."""
     achieved = np.array([cost.flops / seconds for cost, seconds in ops])
     hover = [
         f"<b>{cost.name}</b> ({stage}, measured on {device})<br>{_si(cost.flops, 'FLOP')} in "
@@ -176,24 +223,26 @@ def measured_trace(stage: str, ops: list[tuple[OpCost, float]], scale: float, un
         f"intensity {cost.arithmetic_intensity:.3g} FLOP/byte"
         for (cost, seconds), rate in zip(ops, achieved, strict=True)
     ]
-    return go.Scatter(
-        name=f"{stage} measured", x=np.array([cost.arithmetic_intensity for cost, _ in ops], np.float32),
-        y=(achieved / scale).astype(np.float32), mode="markers", customdata=[cost.name for cost, _ in ops],
-        marker={"color": STAGE_COLOURS[stage], "size": 10, "symbol": "circle-open", "line": {"width": 2}},
-        hovertext=hover, hovertemplate="%{hovertext}<extra></extra>",
-    )
+    return {
+        "type": "scatter", "name": f"{stage} measured", "mode": "markers",
+        "x": np.array([cost.arithmetic_intensity for cost, _ in ops], np.float32),
+        "y": (achieved / scale).astype(np.float32), "customdata": [cost.name for cost, _ in ops],
+        "marker": {"color": STAGE_COLOURS[stage], "size": 10, "symbol": "circle-open", "line": {"width": 2}},
+        "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>",
+    }
 
 
-def time_trace(roofline: StepRoofline) -> go.Bar:
-    """Horizontal bars: every operator's time lower bound in µs (float32), named on the y axis."""
+def time_trace(roofline: StepRoofline) -> dict:
+    """A bar trace dict (horizontal, no axes named: the caller places it): every operator's time lower
+    bound in µs (float32), named on the y axis."""
     stage = roofline.step.stage
     points = roofline.points
-    return go.Bar(
-        name=f"{stage} time", orientation="h", y=[p.cost.name for p in points],
-        x=np.array([p.time_lower_bound_s * 1e6 for p in points], np.float32), marker_color=STAGE_COLOURS[stage],
-        customdata=[p.bound for p in points], showlegend=False,
-        hovertemplate="%{y} (" + stage + "): %{x:.3g} µs, %{customdata}-bound<extra></extra>",
-    )
+    return {
+        "type": "bar", "name": f"{stage} time", "orientation": "h", "y": [p.cost.name for p in points],
+        "x": np.array([p.time_lower_bound_s * 1e6 for p in points], np.float32),
+        "marker": {"color": STAGE_COLOURS[stage]}, "customdata": [p.bound for p in points], "showlegend": False,
+        "hovertemplate": "%{y} (" + stage + "): %{x:.3g} µs, %{customdata}-bound<extra></extra>",
+    }
 
 
 def _conclusion(rooflines: list[StepRoofline]) -> str:

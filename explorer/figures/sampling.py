@@ -15,9 +15,8 @@ from collections.abc import Callable
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from explorer.figures.theme import HIGHLIGHT_COLOUR, base_layout, visible_piece
+from explorer.figures.theme import HIGHLIGHT_COLOUR, base_layout, set_layout, subplot_grid, visible_piece
 from explorer.trace import SamplingRecord, SamplingStage
 
 STAGE_LABELS = {"raw": "raw", "temperature": "temperature", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}
@@ -56,19 +55,18 @@ def sampling_figure(record: SamplingRecord, token_piece: Callable[[int], str], s
     final_ids = _final_ids(record, top_n)
     stage_ids = _stage_ids(record, top_n)
     labels = token_labels(sorted(set(stage_ids) | set(final_ids)), token_piece)
-    fig = make_subplots(rows=2, cols=2, specs=[[{"colspan": 2}, None], [{}, {}]], vertical_spacing=0.2,
-                        horizontal_spacing=0.08, subplot_titles=_panel_titles(record, top_n))
-    for trace in stage_traces(record, stage_ids, labels):
-        fig.add_trace(trace, row=1, col=1)
-    for trace in cumulative_traces(record):
-        fig.add_trace(trace, row=2, col=1)
-    fig.add_trace(final_trace(record, final_ids, labels), row=2, col=2)
-    _style_axes(fig, len(record.final.logits))
-    _annotate(fig, record, labels)
+    layout, cells = subplot_grid(list(_panel_titles(record, top_n)), rows=2, cols=2, vertical_spacing=0.2,
+                                 specs=[[{"colspan": 2}, None], [{}, {}]], horizontal_spacing=0.08)
+    data = ([{**trace, **cells[1, 1]} for trace in stage_traces(record, stage_ids, labels)]
+            + [{**trace, **cells[2, 1]} for trace in cumulative_traces(record)]
+            + [{**final_trace(record, final_ids, labels), **cells[2, 2]}])
+    _style_axes(layout, len(record.final.logits))
+    layout["annotations"] += _annotations(record, labels, cells[2, 1], cells[2, 2])
+    layout.update(barmode="group", bargap=0.25, bargroupgap=0.05,
+                  legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "top"})
+    fig = go.Figure(data=data, layout=layout)
     base_layout(fig, "sampling", step, f"Sampling, step {step}: {_draw_summary(record, token_piece)}", height=740)
-    fig.update_layout(barmode="group", bargap=0.25, bargroupgap=0.05, margin={"t": 95, "b": 40},
-                      legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "top"})
-    return fig
+    return set_layout(fig, margin={"l": 60, "r": 20, "t": 95, "b": 40})
 
 
 def token_labels(token_ids: list[int], token_piece: Callable[[int], str]) -> dict[int, str]:
@@ -109,11 +107,11 @@ def _final_ids(record: SamplingRecord, top_n: int) -> list[int]:
     return _with_drawn(survivors, record.token_id, top_n)
 
 
-def stage_traces(record: SamplingRecord, token_ids: list[int], labels: dict[int, str]) -> list[go.Bar]:
+def stage_traces(record: SamplingRecord, token_ids: list[int], labels: dict[int, str]) -> list[dict]:
     """One bar trace per stage: the probability of each shown token after that stage.
 
     Returns:
-        Bars named by stage label; y: [len(token_ids)] float32 probability (0 where removed), text "×"
+        Bar trace dicts (go.Bar properties) named by stage label; y: [len(token_ids)] float32 probability (0 where removed), text "×"
         where the token was removed by this stage or an earlier one.
     """
     x = [labels[i] for i in token_ids]
@@ -128,12 +126,13 @@ def stage_traces(record: SamplingRecord, token_ids: list[int], labels: dict[int,
             else f"{x[j]} (id {token_ids[j]})<br>removed by {STAGE_LABELS[firsts[j]]}"
             for j in range(len(token_ids))
         ]
-        traces.append(go.Bar(
-            name=STAGE_LABELS[stage.name], x=x, y=probs, marker_color=STAGE_COLOURS[stage.name],
-            text=[REMOVED_MARK if firsts[j] in earlier else "" for j in range(len(token_ids))],
-            textposition="outside", textfont={"color": "#555555", "size": 12}, cliponaxis=False,
-            hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", customdata=token_ids,
-        ))
+        traces.append({
+            "type": "bar", "name": STAGE_LABELS[stage.name], "x": x, "y": probs,
+            "marker": {"color": STAGE_COLOURS[stage.name]},
+            "text": [REMOVED_MARK if firsts[j] in earlier else "" for j in range(len(token_ids))],
+            "textposition": "outside", "textfont": {"color": "#555555", "size": 12}, "cliponaxis": False,
+            "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>", "customdata": token_ids,
+        })
     return traces
 
 
@@ -164,49 +163,47 @@ def cumulative_curve(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ranks, cumulative[ranks - 1].astype(np.float32)
 
 
-def cumulative_traces(record: SamplingRecord) -> list[go.Scatter]:
-    """Panel (b): the sorted cumulative curve, its kept head, the kept/removed boundary, and the
-    top-p threshold when top-p is on."""
+def cumulative_traces(record: SamplingRecord) -> list[dict]:
+    """Panel (b) as scatter trace dicts (go.Scatter properties, no legend): the sorted cumulative
+    curve, its kept head, the kept/removed boundary, and the top-p threshold when top-p is on."""
     entering, cut = cut_stage(record)
     ranks, cumulative = cumulative_curve(entering.probs)
     kept_count = int(cut.kept.sum())
     head = ranks <= kept_count
     cut_label = STAGE_LABELS[cut.name] if cut.name != "raw" else "greedy (no filter)"
     hover = "rank %{x}: cumulative p = %{y:.4f}"
+    line = {"type": "scatter", "mode": "lines", "showlegend": False}
     traces = [
-        go.Scatter(name="cumulative probability", x=ranks, y=cumulative, mode="lines",
-                   line={"color": CURVE_COLOUR, "width": 2}, hovertemplate=hover + "<extra></extra>"),
-        go.Scatter(name=f"kept by {cut_label}", x=ranks[head], y=cumulative[head], mode="lines+markers",
-                   line={"color": STAGE_COLOURS[cut.name], "width": 3}, marker={"size": 5},
-                   hovertemplate=hover + f", kept by {cut_label}<extra></extra>"),
+        {**line, "name": "cumulative probability", "x": ranks, "y": cumulative,
+         "line": {"color": CURVE_COLOUR, "width": 2}, "hovertemplate": hover + "<extra></extra>"},
+        {**line, "name": f"kept by {cut_label}", "x": ranks[head], "y": cumulative[head], "mode": "lines+markers",
+         "line": {"color": STAGE_COLOURS[cut.name], "width": 3}, "marker": {"size": 5},
+         "hovertemplate": hover + f", kept by {cut_label}<extra></extra>"},
     ]
     if kept_count < len(cut.logits):
-        traces.append(go.Scatter(name="kept/removed boundary", x=np.array([kept_count, kept_count], np.int32),
-                                 y=np.array([0, 1], np.float32), mode="lines",
-                                 line={"color": "#555555", "dash": "dot", "width": 1},
-                                 hovertemplate=f"{kept_count:,} kept by {cut_label}<extra></extra>"))
+        traces.append({**line, "name": "kept/removed boundary", "x": np.array([kept_count, kept_count], np.int32),
+                       "y": np.array([0, 1], np.float32), "line": {"color": "#555555", "dash": "dot", "width": 1},
+                       "hovertemplate": f"{kept_count:,} kept by {cut_label}<extra></extra>"})
     if cut.name == "top_p":
         top_p = float(record.settings["top_p"])
-        traces.append(go.Scatter(name=f"top-p = {top_p:g}", x=np.array([1, len(entering.logits)], np.int32),
-                                 y=np.array([top_p, top_p], np.float32), mode="lines",
-                                 line={"color": STAGE_COLOURS["top_p"], "dash": "dash", "width": 1.5},
-                                 hovertemplate=f"top-p = {top_p:g}<extra></extra>"))
-    for trace in traces:
-        trace.update(showlegend=False)
+        traces.append({**line, "name": f"top-p = {top_p:g}", "x": np.array([1, len(entering.logits)], np.int32),
+                       "y": np.array([top_p, top_p], np.float32),
+                       "line": {"color": STAGE_COLOURS["top_p"], "dash": "dash", "width": 1.5},
+                       "hovertemplate": f"top-p = {top_p:g}<extra></extra>"})
     return traces
 
 
-def final_trace(record: SamplingRecord, token_ids: list[int], labels: dict[int, str]) -> go.Bar:
+def final_trace(record: SamplingRecord, token_ids: list[int], labels: dict[int, str]) -> dict:
     """Panel (c): final probability of the shown survivors; the drawn token's bar in the highlight colour.
 
     Returns:
-        A bar trace "final"; y: [len(token_ids)] float32; customdata: the token ids.
+        A bar trace dict (go.Bar properties) "final"; y: [len(token_ids)] float32; customdata: the token ids.
     """
     probs = record.final.probs[token_ids].astype(np.float32)
     colours = [HIGHLIGHT_COLOUR if i == record.token_id else SURVIVOR_COLOUR for i in token_ids]
-    return go.Bar(name="final", x=[labels[i] for i in token_ids], y=probs, marker_color=colours,
-                  customdata=token_ids, showlegend=False,
-                  hovertemplate="%{x} (id %{customdata}): p = %{y:.4f}<extra></extra>")
+    return {"type": "bar", "name": "final", "x": [labels[i] for i in token_ids], "y": probs,
+            "marker": {"color": colours}, "customdata": token_ids, "showlegend": False,
+            "hovertemplate": "%{x} (id %{customdata}): p = %{y:.4f}<extra></extra>"}
 
 
 def _panel_titles(record: SamplingRecord, top_n: int) -> tuple[str, str, str]:
@@ -236,29 +233,31 @@ def _draw_summary(record: SamplingRecord, token_piece: Callable[[int], str]) -> 
     return f"drawn {token} · kept {kept:,} of {len(record.final.logits):,}"
 
 
-def _style_axes(fig: go.Figure, vocab: int) -> None:
-    fig.update_xaxes(type="category", row=1, col=1)
-    fig.update_yaxes(title_text="probability after stage", rangemode="tozero", row=1, col=1)
-    fig.update_xaxes(type="log", title_text="rank (tokens sorted by probability)", row=2, col=1,
-                     range=[-0.05, np.log10(vocab) + 0.05])
-    fig.update_yaxes(title_text="cumulative probability", range=[0, 1.05], row=2, col=1)
-    fig.update_xaxes(type="category", row=2, col=2)
-    fig.update_yaxes(title_text="final probability", rangemode="tozero", row=2, col=2)
+def _style_axes(layout: dict, vocab: int) -> None:
+    layout["xaxis"].update(type="category")
+    layout["yaxis"].update(title={"text": "probability after stage"}, rangemode="tozero")
+    layout["xaxis2"].update(type="log", title={"text": "rank (tokens sorted by probability)"},
+                            range=[-0.05, np.log10(vocab) + 0.05])
+    layout["yaxis2"].update(title={"text": "cumulative probability"}, range=[0, 1.05])
+    layout["xaxis3"].update(type="category")
+    layout["yaxis3"].update(title={"text": "final probability"}, rangemode="tozero")
 
 
-def _annotate(fig: go.Figure, record: SamplingRecord, labels: dict[int, str]) -> None:
+def _annotations(record: SamplingRecord, labels: dict[int, str], curve_cell: dict[str, str],
+                 final_cell: dict[str, str]) -> list[dict]:
     """Label the boundary and the top-p line in (b), and point at the drawn token in (c)."""
     _, cut = cut_stage(record)
     kept_count = int(cut.kept.sum())
-    small = {"size": 12}
+    curve = {"xref": curve_cell["xaxis"], "yref": curve_cell["yaxis"], "showarrow": False, "font": {"size": 12}}
+    notes = []
     if kept_count < len(cut.logits):
-        fig.add_annotation(x=np.log10(kept_count), y=0.08, text=f"kept {kept_count:,}", showarrow=False,
-                           xanchor="left", xshift=4, font=small, row=2, col=1)
+        notes.append({**curve, "x": np.log10(kept_count), "y": 0.08, "text": f"kept {kept_count:,}",
+                      "xanchor": "left", "xshift": 4})
     if cut.name == "top_p":
-        fig.add_annotation(x=np.log10(len(cut.logits)), y=float(record.settings["top_p"]), showarrow=False,
-                           text=f"top-p {record.settings['top_p']:g}", xanchor="right", yanchor="top",
-                           font=small, row=2, col=1)
+        notes.append({**curve, "x": np.log10(len(cut.logits)), "y": float(record.settings["top_p"]),
+                      "text": f"top-p {record.settings['top_p']:g}", "xanchor": "right", "yanchor": "top"})
     drawn_p = float(record.final.probs[record.token_id])
-    fig.add_annotation(x=labels[record.token_id], y=drawn_p, text="drawn" if len(record.stages) > 1 else "argmax",
-                       showarrow=True, arrowhead=2, ay=-28, font={"size": 12, "color": HIGHLIGHT_COLOUR},
-                       row=2, col=2)
+    notes.append({"xref": final_cell["xaxis"], "yref": final_cell["yaxis"], "x": labels[record.token_id],
+                  "y": drawn_p, "text": "drawn" if len(record.stages) > 1 else "argmax", "showarrow": True,
+                  "arrowhead": 2, "ay": -28, "font": {"size": 12, "color": HIGHLIGHT_COLOUR}})
+    return notes

@@ -2,15 +2,26 @@
 
 Pure plotly (no torch, no gradio). Every view calls `base_layout`, so a figure always carries
 `layout.meta = {"view": ..., "step": ...}`: UI tests wait on it to know a figure was redrawn.
+
+Figures are redrawn after every decode step, and plotly validates every property it is given, so
+views build each figure in one `go.Figure(data=[...], layout={...})` call from plain dicts (a trace
+object passed to `go.Figure` is validated twice), take subplot geometry from `subplot_grid` (computed
+once per grid), and share one trimmed template.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+
 import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
 
 FONT_FAMILY = "Inter, Helvetica, Arial, sans-serif"
 FONT_SIZE = 13
-TEMPLATE = "plotly_white"
+DRAWN_TRACE_TYPES = ("bar", "scatter", "heatmap")
+UNUSED_LAYOUT_KEYS = ("polar", "ternary", "geo", "scene", "mapbox", "colorscale")
 
 # One colour per operator kind (colour-blind-safe Okabe-Ito palette, plus greys for data movement).
 KIND_COLOURS = {
@@ -33,6 +44,18 @@ DECODE_COLOUR = "#D55E00"
 HIGHLIGHT_COLOUR = "#D55E00"
 
 
+def cartesian_template(name: str = "plotly_white") -> dict:
+    """Template `name` cut to what these figures draw: its bar, scatter and heatmap defaults and its
+    cartesian layout (no polar, geo or 3-D scene styles; no default colour scales, since every heatmap
+    here names its own). The same look at a third of the validation time and ~2 KB less JSON."""
+    full = pio.templates[name].to_plotly_json()
+    return {"data": {kind: full["data"][kind] for kind in DRAWN_TRACE_TYPES},
+            "layout": {key: value for key, value in full["layout"].items() if key not in UNUSED_LAYOUT_KEYS}}
+
+
+TEMPLATE = cartesian_template()
+
+
 VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
 
 
@@ -50,8 +73,61 @@ def kind_colour(kind: str) -> str:
     return KIND_COLOURS.get(kind, "#777777")
 
 
+def subplot_grid(titles: list[str], **options) -> tuple[dict, dict[tuple[int, int], dict[str, str]]]:
+    """`make_subplots`' axes and subplot titles as a plain layout dict, for one `go.Figure` call.
+
+    The grid is computed once per set of `options` (make_subplots costs ~15 ms); each call returns
+    fresh dicts that the caller may change.
+
+    Args:
+        titles: one title per subplot, in make_subplots' order (row by row); "" leaves one untitled.
+        **options: make_subplots' keyword arguments (rows, cols, specs, shared_yaxes, column_widths,
+            horizontal_spacing, vertical_spacing, ...), JSON-serialisable.
+
+    Returns:
+        (layout, cells): layout holds "xaxis", "yaxis", "xaxis2", ... (domains, anchors, shared-axis
+        links) and "annotations", one per non-empty title; cells maps (row, col), 1-based, to the
+        trace keywords that place a trace there, e.g. {"xaxis": "x2", "yaxis": "y2"}.
+
+    Raises:
+        ValueError: from make_subplots, on inconsistent options.
+    """
+    layout, cells = json.loads(_grid_json(len(titles), json.dumps(options, sort_keys=True)))
+    layout["annotations"] = [{**note, "text": title}
+                             for note, title in zip(layout["annotations"], titles, strict=True) if title]
+    return layout, {tuple(json.loads(cell)): refs for cell, refs in cells.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_json(n_titles: int, options_json: str) -> str:
+    options = json.loads(options_json)
+    fig = make_subplots(subplot_titles=[str(i) for i in range(n_titles)], **options)
+    layout = fig.layout.to_plotly_json()
+    layout.pop("template", None)
+    cells = {}
+    for row in range(1, options.get("rows", 1) + 1):
+        for col in range(1, options.get("cols", 1) + 1):
+            subplot = fig.get_subplot(row, col)
+            if subplot is not None:
+                cells[json.dumps([row, col])] = {"xaxis": _ref(subplot.xaxis), "yaxis": _ref(subplot.yaxis)}
+    return json.dumps([layout, cells])
+
+
+def _ref(axis) -> str:
+    """layout.xaxis2 -> "x2", the name a trace uses."""
+    return axis.plotly_name.replace("axis", "")
+
+
+def axis_key(ref: str) -> str:
+    """The layout key of the axis a trace names: "x2" -> "xaxis2", "y" -> "yaxis"."""
+    return f"{ref[0]}axis{ref[1:]}"
+
+
 def base_layout(fig: go.Figure, view: str, step: int | None, title: str, height: int = 520) -> go.Figure:
     """Apply the shared look and the `layout.meta` marker to `fig`, in place, and return it.
+
+    Sets (replacing whatever was there, see `set_layout`) the template, title, font, height, margins,
+    hover label and `layout.meta`; a view that needs other margins sets all four after this call.
 
     Args:
         fig: the figure to style.
@@ -60,24 +136,49 @@ def base_layout(fig: go.Figure, view: str, step: int | None, title: str, height:
         title: the figure's title (kept short: one line).
         height: figure height in pixels.
     """
-    fig.update_layout(
-        template=TEMPLATE,
-        title={"text": title, "x": 0.01, "xanchor": "left"},
-        font={"family": FONT_FAMILY, "size": FONT_SIZE},
-        height=height,
-        margin={"l": 60, "r": 20, "t": 60, "b": 50},
-        meta={"view": view, "step": step},
-        hoverlabel={"font": {"family": "monospace", "size": FONT_SIZE}},
-    )
+    return set_layout(fig, template=TEMPLATE, title={"text": title, "x": 0.01, "xanchor": "left"},
+                      font={"family": FONT_FAMILY, "size": FONT_SIZE}, height=height,
+                      margin={"l": 60, "r": 20, "t": 60, "b": 50}, meta={"view": view, "step": step},
+                      hoverlabel={"font": {"family": "monospace", "size": FONT_SIZE}})
+
+
+def set_layout(fig: go.Figure, **properties) -> go.Figure:
+    """Set each top-level layout property of `fig`, replacing (not merging into) its value; in place.
+
+    On a built figure this is ~10x cheaper than `update_layout`, whose merge walks the whole layout.
+    A template given here replaces plotly's default one (update_layout would merge the two).
+    """
+    for key, value in properties.items():
+        fig.layout[key] = value
     return fig
+
+
+PRESENTER_SCALE = 1.5  # text size on a projector, relative to a laptop screen (judgement)
+
+
+def presenter_style(fig: go.Figure) -> go.Figure:
+    """Restyle `fig` for a projector, in place: every text `PRESENTER_SCALE` times larger, black on
+    white, thicker axis lines, and the figure taller so the larger text still fits."""
+    def scaled(font) -> dict:
+        font = font.to_plotly_json() if font is not None else {}
+        return {**font, "size": round((font.get("size") or FONT_SIZE) * PRESENTER_SCALE), "color": "#000000"}
+
+    layout = fig.layout
+    annotations = [{**note.to_plotly_json(), "font": scaled(note.font)} for note in layout.annotations]
+    axes = {key: {**layout[key].to_plotly_json(), "linecolor": "#000000", "linewidth": 2,
+                  "tickfont": scaled(layout[key].tickfont), "title": {**layout[key].title.to_plotly_json(),
+                                                                      "font": scaled(layout[key].title.font)}}
+            for key in layout.to_plotly_json() if key.startswith(("xaxis", "yaxis"))}
+    title = {**layout.title.to_plotly_json(), "font": scaled(layout.title.font)}
+    return set_layout(fig, font=scaled(layout.font), annotations=annotations, title=title,
+                      height=round((layout.height or 520) * 1.25), **axes)
 
 
 def empty_figure(view: str, message: str) -> go.Figure:
     """A figure with no data and `message` in its middle (before the first prefill, or on a step
     that has nothing to show in this view)."""
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       font={"size": FONT_SIZE + 3})
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
+    fig = go.Figure(layout={
+        "annotations": [{"text": message, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper",
+                         "yref": "paper", "font": {"size": FONT_SIZE + 3}}],
+        "xaxis": {"visible": False}, "yaxis": {"visible": False}})
     return base_layout(fig, view, None, "", height=300)

@@ -23,6 +23,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.models.llama.modeling_llama import repeat_kv
 
 from explorer.runner.architectures import stop_module_names
+from explorer.runner.timing import Clock, CudaEventClock
 
 ATTN_IMPLEMENTATION = "explorer_eager"
 _ACTIVE: ContextVar[StepRecorder | None] = ContextVar("explorer_step_recorder", default=None)
@@ -36,7 +37,8 @@ class StopForward(Exception):
 
 @dataclass(slots=True)
 class Event:
-    """One timed stop: wall-clock bounds in seconds (perf_counter), shapes (`torch.Size`) and dtype.
+    """One timed stop: its bounds as clock readings (seconds once `StepRecorder.finish` has run),
+    shapes (`torch.Size`) and dtype.
 
     Kept as torch objects during the pass (converting hundreds of them per step costs time there);
     `explorer.runner.assemble` turns them into plain lists and strings afterwards.
@@ -49,37 +51,38 @@ class Event:
     dtype: torch.dtype | None = None
 
 
-def _synced_clock(sync: Callable[[], None]) -> Callable[[], float]:
-    """`time.perf_counter` read after `sync()` (the device has finished its queued work)."""
-
-    def clock() -> float:
-        sync()
-        return time.perf_counter()
-
-    return clock
-
-
 class StepRecorder:
-    """Collects the events and attention probabilities of one forward pass.
+    """Collects the events and attention probabilities of one forward pass; `finish` ends it.
 
     Args:
-        sync: called before every clock reading (a device synchronise on CUDA), or None.
+        clock: read at every timing point (`explorer.runner.timing.step_clock`): perf_counter on
+            the CPU, CUDA events on a GPU.
         keep_attention: (layer, [h_q, q_len, kv_len]) -> whether to copy that layer's probabilities.
         stop_after_layer: end the pass with `StopForward` once this layer's attention is captured.
     """
 
     def __init__(
         self,
-        sync: Callable[[], None] | None = None,
+        clock: Clock = time.perf_counter,
         keep_attention: Callable[[int, Shape], bool] = lambda layer, shape: True,
         stop_after_layer: int | None = None,
     ) -> None:
-        self.clock = time.perf_counter if sync is None else _synced_clock(sync)
+        self.clock = clock
         self.keep_attention = keep_attention
         self.stop_after_layer = stop_after_layer
         self.events: dict[str, Event] = {}
         self.attention_shapes: dict[int, Shape] = {}
         self.attention: dict[int, np.ndarray] = {}
+        self._pending_attention: dict[int, torch.Tensor] = {}
+
+    def finish(self) -> None:
+        """After the pass: event bounds to seconds (CUDA: one synchronise) and the kept attention
+        probabilities to host numpy ([h_q, q_len, kv_len] float32) in `attention`."""
+        if isinstance(self.clock, CudaEventClock):
+            self.clock.resolve(self.events.values())
+        for layer, probs in self._pending_attention.items():
+            self.attention[layer] = probs.cpu().numpy()
+        self._pending_attention.clear()
 
     def record(self, key: str, start: float, inputs: list[torch.Size], outputs: list[torch.Tensor]) -> float:
         """Store a stop that ran from `start` until now; returns now (the next stop's start)."""
@@ -88,11 +91,12 @@ class StepRecorder:
         return now
 
     def capture_attention(self, layer: int, probs: torch.Tensor) -> None:
-        """Keep batch row 0 of `probs` [B, h_q, q_len, kv_len] as float32 numpy where allowed."""
+        """Keep batch row 0 of `probs` [B, h_q, q_len, kv_len] as float32 where allowed; it stays on
+        its device until `finish` (a copy to the host here would wait for the GPU mid-step)."""
         shape = list(probs.shape[1:])
         self.attention_shapes[layer] = shape
         if probs.device.type != "meta" and self.keep_attention(layer, shape):
-            self.attention[layer] = probs[0].detach().to(torch.float32).cpu().numpy()
+            self._pending_attention[layer] = probs[0].detach().to(torch.float32)
         if layer == self.stop_after_layer:
             raise StopForward
 

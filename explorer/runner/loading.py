@@ -8,7 +8,6 @@ any weight is read.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +18,19 @@ from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCa
 from explorer.config import PRESET_SOURCES, cache_dir, load_hf_config
 from explorer.errors import ConfigError, ModelLoadError
 from explorer.runner import embedded
+from explorer.runner.devices import (
+    MEMORY_HEADROOM,
+    PLANNED_CONTEXT_TOKENS,
+    MemoryNeed,
+    Placement,
+    dtype_name,
+    estimate_weight_bytes,
+    free_memory_bytes,
+    memory_need,
+    pick_device,
+    pick_dtype,
+    plan_placement,
+)
 from explorer.runner.embedded import Progress, report
 from explorer.stops import features_for
 
@@ -27,12 +39,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_MODEL", "LoadedModel", "cache_dir", "load", "load_model", "load_shape_only"]
+__all__ = ["DEFAULT_MODEL", "MEMORY_HEADROOM", "LoadedModel", "cache_dir", "estimate_weight_bytes",
+           "free_memory_bytes", "load", "load_model", "load_shape_only"]
 
 DEFAULT_MODEL = embedded.NAME
-# Judgement, not measured: room beyond the weights for activations, the KV cache and the
-# transient copies made while loading.
-MEMORY_HEADROOM = 1.25
 # The shape-only preset whose vocabulary is the embedded model's (SmolLM2-135M base and Instruct share it).
 SMOLLM2_PRESET = "smollm2-135m"
 
@@ -45,10 +55,12 @@ class LoadedModel:
         model: the transformers causal LM, in eval mode with gradients off.
         tokenizer: its tokenizer; None in shape-only mode (a prompt is then a token count).
         name: what was asked for: "smollm2-135m-instruct", a hub id, a folder, or a preset.
-        description: one line for the UI and CLI saying what the weights are.
+        description: one line for the UI and CLI saying what the weights are, where and in what dtype.
         shape_only: True when the model lives on `meta` and has no weights.
-        device: "cpu", "cuda:0", ... or "meta".
+        device: where inputs go: "cpu", "mps", "cuda:0", ... or "meta" (for a model spread over
+            several GPUs, the device of its embedding).
         eos_token_ids: the ids that end generation, from the generation config and the tokenizer.
+        dtype: the weights' dtype: "float32", "bfloat16" or "float16".
     """
 
     model: PreTrainedModel
@@ -58,16 +70,19 @@ class LoadedModel:
     shape_only: bool
     device: str
     eos_token_ids: list[int]
+    dtype: str = "float32"
 
 
-def load(model: str | None = None, config: str | None = None, device: str = "cpu",
+def load(model: str | None = None, config: str | None = None, device: str = "auto", dtype: str = "auto",
          progress: Progress | None = None) -> LoadedModel:
     """The CLI's entry: a model by name or path, or a config in shape-only mode (the default model if neither).
 
     Args:
         model: hub id, local folder, or "smollm2-135m-instruct".
-        config: preset name or path to a `config.json`, for shape-only mode (`device` is then ignored).
-        device: "cpu" or "cuda[:index]".
+        config: preset name or path to a `config.json`, for shape-only mode (`device` and `dtype`
+            are then ignored).
+        device: "auto", "cpu", "cuda[:index]" or "mps" (see `explorer.runner.devices.pick_device`).
+        dtype: "auto", "float32", "bfloat16" or "float16" (see `explorer.runner.devices.pick_dtype`).
         progress: receives a short message per loading phase.
 
     Raises:
@@ -78,26 +93,32 @@ def load(model: str | None = None, config: str | None = None, device: str = "cpu
         raise ConfigError("Give either a model (to run real weights) or a config (shape-only), not both.")
     if config is not None:
         return load_shape_only(config)
-    return load_model(model or DEFAULT_MODEL, device, progress)
+    return load_model(model or DEFAULT_MODEL, device=device, dtype=dtype, progress=progress)
 
 
-def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "cpu",
-               progress: Progress | None = None) -> LoadedModel:
+def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",
+               progress: Progress | None = None,
+               max_context_tokens: int = PLANNED_CONTEXT_TOKENS) -> LoadedModel:
     """Load real weights: the embedded default, a hub id (from the local HF cache or the hub), or a folder.
 
-    Weights are float32 on the CPU and the config's dtype on CUDA; attention is transformers'
-    default (SDPA); `trust_remote_code` is never enabled.
+    The device and dtype are chosen by `explorer.runner.devices` ("auto": CUDA in bfloat16, else MPS
+    or the CPU in float32; on the CPU bfloat16 where float32 would not fit). The memory need of the
+    weights, the KV cache and the attention of `max_context_tokens` is checked against free memory
+    first; a model too large for one GPU is spread over all of them where they fit together.
+    Attention is transformers' default (SDPA); `trust_remote_code` is never enabled.
 
     Raises:
-        ConfigError: a folder without config.json, an unknown device, or a family the tracer lacks.
+        ConfigError: a folder without config.json, an unknown device or dtype, or a family the tracer lacks.
         ModelLoadError: not cached and hub unreachable, not a causal LM, larger than free memory,
-            no weights in the folder, or the embedded GGUF missing.
+            no weights in the folder, a device this machine lacks, or the embedded GGUF missing.
     """
-    target = _device(device)
+    target = pick_device(device)
     if name_or_path == DEFAULT_MODEL:
         folder = embedded.ensure_converted(progress)
-        return _from_pretrained(str(folder), DEFAULT_MODEL, embedded.DESCRIPTION, target, progress)
-    return _from_pretrained(_source(name_or_path), name_or_path, None, target, progress)
+        source, description = str(folder), embedded.DESCRIPTION
+    else:
+        source, description = _source(name_or_path), None
+    return _from_pretrained(source, name_or_path, description, target, dtype, max_context_tokens, progress)
 
 
 def load_shape_only(preset_or_path: str) -> LoadedModel:
@@ -125,68 +146,27 @@ def load_shape_only(preset_or_path: str) -> LoadedModel:
     description = (f"{preset_or_path}: shape-only {config.model_type}, {config.num_hidden_layers} layers, "
                    f"{_parameter_count(model) / 1e9:.2f} B parameters, no weights (meta device)")
     return LoadedModel(model, tokenizer, preset_or_path, description, True, "meta",
-                       _eos_token_ids(config.eos_token_id, tokenizer))
-
-
-def estimate_weight_bytes(config, dtype: torch.dtype) -> int:
-    """Bytes of the model's parameters in `dtype`, counted on `meta` (tied weights counted once)."""
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    return _parameter_count(model) * dtype.itemsize
-
-
-def free_memory_bytes(device: torch.device) -> int:
-    """Memory available for new allocations on `device`, in bytes.
-
-    CPU: MemAvailable from /proc/meminfo (the kernel's estimate of memory usable without swapping,
-    see the kernel's Documentation/filesystems/proc.rst), else free physical pages from `os.sysconf`.
-    CUDA: the free bytes reported by `torch.cuda.mem_get_info`.
-    """
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    meminfo = Path("/proc/meminfo")
-    if meminfo.is_file():
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024  # the file gives kB
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def _device(device: str) -> torch.device:
-    """Parse "cpu" / "cuda" / "cuda:N" (bare "cuda" becomes the current CUDA device).
-
-    Raises:
-        ConfigError: another device kind.
-        ModelLoadError: CUDA asked for but not available.
-    """
-    try:
-        target = torch.device(device)
-    except RuntimeError as exc:
-        raise ConfigError(f"Unknown device '{device}': use 'cpu' or 'cuda' (or 'cuda:1', ...).") from exc
-    if target.type == "cpu":
-        return target
-    if target.type != "cuda":
-        raise ConfigError(f"Device '{device}' is not supported: use 'cpu' or 'cuda'.")
-    if not torch.cuda.is_available():
-        raise ModelLoadError(f"Device '{device}' was asked for but CUDA is not available here: "
-                             "use --device cpu.")
-    return torch.device("cuda", torch.cuda.current_device() if target.index is None else target.index)
+                       _eos_token_ids(config.eos_token_id, tokenizer), dtype_name(model.dtype))
 
 
 def _source(name_or_path: str) -> str:
     """A local folder (checked) or a hub id, as `from_pretrained` takes it.
 
     Raises:
-        ConfigError: the path is a file, a folder without config.json, or a path that does not exist.
+        ConfigError: a web address, a name no file system takes (too long, an unknown user's "~"), the
+            path is a file, a folder without config.json, or a path that does not exist.
         ModelLoadError: the name is a shape-only preset.
     """
-    path = Path(name_or_path).expanduser()
-    if path.is_dir():
+    if "://" in name_or_path:
+        raise ConfigError(f"'{name_or_path}' is a web address; models load from the Hugging Face hub by id or from "
+                          "a local folder, never from a URL. Pass a hub id such as Qwen/Qwen3-0.6B.")
+    path, kind = _path_kind(name_or_path)
+    if kind == "dir":
         if not (path / "config.json").is_file():
             raise ConfigError(f"The folder {path} has no config.json. Point to a folder written by "
                               "save_pretrained (config.json and *.safetensors), or pass a hub id.")
         return str(path)
-    if path.is_file():
+    if kind == "file":
         raise ConfigError(f"{path} is a file; pass the folder holding config.json and the weights, "
                           "or use --config for a shape-only run from a config.json.")
     if name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
@@ -195,6 +175,21 @@ def _source(name_or_path: str) -> str:
         raise ModelLoadError(f"'{name_or_path}' is a shape-only preset: run it with --config {name_or_path}, "
                              f"or load its weights with --model {PRESET_SOURCES[name_or_path]}.")
     return name_or_path
+
+
+def _path_kind(name_or_path: str) -> tuple[Path, str | None]:
+    """The path `name_or_path` names ("~" expanded) and whether it is a "dir", a "file" or neither (None).
+
+    Raises:
+        ConfigError: a name that cannot be a path here (too long, a "~user" with no home folder).
+    """
+    try:
+        path = Path(name_or_path).expanduser()
+        kind = "dir" if path.is_dir() else "file" if path.is_file() else None
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"'{name_or_path[:80]}' is neither a folder here nor a hub id ({_first_line(exc)[:80]}). "
+                          "Pass a hub id such as Qwen/Qwen3-0.6B, or the path of a model folder.") from exc
+    return path, kind
 
 
 def _pretrained_config(source: str, name: str):
@@ -254,26 +249,9 @@ def _check_supported(config, name: str) -> None:
     features_for(config.model_type)
 
 
-def _check_fits(config, dtype: torch.dtype, device: torch.device, name: str) -> int:
-    """The weights' bytes, after checking they fit, with headroom, in `device`'s free memory.
-
-    Raises:
-        ModelLoadError: the estimate times `MEMORY_HEADROOM` exceeds the free memory.
-    """
-    weight_bytes = estimate_weight_bytes(config, dtype)
-    free_bytes = free_memory_bytes(device)
-    if weight_bytes * MEMORY_HEADROOM > free_bytes:
-        raise ModelLoadError(
-            f"'{name}' needs about {weight_bytes / 2**30:.1f} GiB for its {_dtype_name(dtype)} weights, "
-            f"plus room to run, but {device} has {free_bytes / 2**30:.1f} GiB free. Pick a smaller model, "
-            "free memory, or run shape-only with --config (no weights)."
-        )
-    return weight_bytes
-
-
-def _from_pretrained(source: str, name: str, description: str | None, device: torch.device,
-                     progress: Progress | None) -> LoadedModel:
-    """Check the config, then load weights and tokenizer from a folder or the hub.
+def _from_pretrained(source: str, name: str, description: str | None, device: str, dtype: str,
+                     max_context_tokens: int, progress: Progress | None) -> LoadedModel:
+    """Check the config and the memory plan, then load weights and tokenizer from a folder or the hub.
 
     Raises:
         ConfigError, ModelLoadError: as `load_model`.
@@ -281,12 +259,13 @@ def _from_pretrained(source: str, name: str, description: str | None, device: to
     report(progress, f"Reading the config of {name}")
     config = _pretrained_config(source, name)
     _check_supported(config, name)
-    dtype = (config.dtype or torch.float32) if device.type == "cuda" else torch.float32
-    weight_bytes = _check_fits(config, dtype, device, name)
-    report(progress, f"Loading {weight_bytes / 2**20:.0f} MiB of {_dtype_name(dtype)} weights onto {device}")
+    need, placement = _plan(config, device, dtype, max_context_tokens, name)
+    report(progress, f"Loading {need.weight_bytes / 2**20:.0f} MiB of {dtype_name(need.dtype)} weights onto "
+                     f"{placement.device_map}")
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            source, config=config, dtype=dtype, device_map=str(device), trust_remote_code=False)
+            source, config=config, dtype=need.dtype, device_map=placement.device_map,
+            max_memory=placement.max_memory, trust_remote_code=False)
     except OSError as exc:
         raise ModelLoadError(f"'{name}' has a config but its weights cannot be read ({_first_line(exc)}). "
                              "Re-download it, or run shape-only with --config.") from exc
@@ -294,10 +273,35 @@ def _from_pretrained(source: str, name: str, description: str | None, device: to
     report(progress, f"Loading the tokenizer of {name}")
     tokenizer = _tokenizer_or_none(source)
     if description is None:
-        description = (f"{name}: {config.model_type}, {_parameter_count(model) / 1e6:.0f} M parameters, "
-                       f"{_dtype_name(dtype)} on {device}")
+        description = f"{name}: {config.model_type}, {_parameter_count(model) / 1e6:.0f} M parameters"
+    description += f", on {_placed_on(model)} in {dtype_name(need.dtype)}"
     eos_ids = _eos_token_ids(model.generation_config.eos_token_id, tokenizer)
-    return LoadedModel(model, tokenizer, name, description, False, str(device), eos_ids)
+    input_device = str(model.get_input_embeddings().weight.device)
+    return LoadedModel(model, tokenizer, name, description, False, input_device, eos_ids, dtype_name(need.dtype))
+
+
+def _plan(config, device: str, dtype: str, max_context_tokens: int, name: str) -> tuple[MemoryNeed, Placement]:
+    """The dtype's memory need and where it fits; "auto" on the CPU falls back to bfloat16 where
+    float32 does not fit.
+
+    Raises:
+        ConfigError: see `pick_dtype`.
+        ModelLoadError: it fits nowhere (the message of the dtype tried last).
+    """
+    need = memory_need(config, pick_dtype(device, dtype), max_context_tokens)
+    try:
+        return need, plan_placement(need, device, name)
+    except ModelLoadError:
+        if dtype != "auto" or device != "cpu":
+            raise
+    need = memory_need(config, torch.bfloat16, max_context_tokens)
+    return need, plan_placement(need, device, name)
+
+
+def _placed_on(model: torch.nn.Module) -> str:
+    """"cuda:0", or "cuda:0, cuda:1 (spread by accelerate)" for a model over several devices."""
+    devices = sorted({str(p.device) for p in model.parameters()})
+    return devices[0] if len(devices) == 1 else f"{', '.join(devices)} (spread by accelerate)"
 
 
 def _tokenizer_or_none(source: str) -> PreTrainedTokenizerBase | None:
@@ -331,7 +335,3 @@ def _parameter_count(model: torch.nn.Module) -> int:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")

@@ -24,6 +24,7 @@ from explorer.runner.detokenize import IncrementalDetokenizer
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.loading import LoadedModel
 from explorer.runner.sampling import sample_next_token
+from explorer.runner.timing import step_clock
 from explorer.stops import stop_table
 from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, StepTrace
 
@@ -52,6 +53,7 @@ class InferenceSession:
             float32 bytes; the newest step is served first, older steps give theirs up.
         max_prompt_tokens: refuse longer prompts (a shared app keeps one prefill from holding the
             model for minutes); None allows up to the model's context window.
+        limit_advice: what the refusal of a prompt past `max_prompt_tokens` tells the person to do.
     """
 
     def __init__(
@@ -60,9 +62,11 @@ class InferenceSession:
         settings: SamplingSettings | None = None,
         attention_budget_bytes: int = DEFAULT_ATTENTION_BUDGET_BYTES,
         max_prompt_tokens: int | None = None,
+        limit_advice: str = "Shorten the prompt.",
     ) -> None:
         self.loaded = loaded
         self.max_prompt_tokens = max_prompt_tokens
+        self.limit_advice = limit_advice
         self.settings = settings or SamplingSettings()
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
@@ -73,6 +77,7 @@ class InferenceSession:
         self._cache: DynamicCache | None = None
         self._detokenizer: IncrementalDetokenizer | None = None
         self._failed_step: str | None = None  # a step that raised may have written part of the cache
+        self._step_lock = threading.Lock()  # two clicks at once run one step after the other
 
     @property
     def finished(self) -> bool:
@@ -86,6 +91,11 @@ class InferenceSession:
         if not self._has_text():
             return ""
         return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True).rstrip("\ufffd")
+
+    def close(self) -> None:
+        """Free the KV cache, the traces and the ids (the page that held this session closed)."""
+        with self._step_lock:  # a step in flight finishes first
+            self._cache, self.traces, self.ids, self.generated = None, [], [], []
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """Use new sampling settings from the next step on (the generator is not reseeded)."""
@@ -107,25 +117,38 @@ class InferenceSession:
             prompt_tokens: a prompt given as a token count T (ids are placeholders: shape-only mode).
 
         Raises:
-            PromptError: empty prompt, no tokenizer for a text prompt, a token count for real weights,
+            PromptError: empty prompt, a lone surrogate in the prompt or system prompt, no tokenizer for
+                a text prompt, a token count for real weights or one that is not a whole number >= 1,
                 longer than `max_prompt_tokens` or than the context window.
         """
         start = time.perf_counter()
         ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens)
         tokenize = OpRecord("tokenize", "tokenize", None, [], [[1, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
-        self._cache = DynamicCache(config=self.loaded.model.config)
-        self.ids, self.generated, self.traces, self._failed_step = list(ids), [], [], None
-        self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
-        return self._step("prefill", ids, {"tokenize": tokenize})
+        with self._step_lock:
+            self._cache = DynamicCache(config=self.loaded.model.config)
+            self.ids, self.generated, self.traces, self._failed_step = list(ids), [], [], None
+            self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
+            return self._step("prefill", ids, {"tokenize": tokenize})
 
-    def decode_step(self) -> StepTrace:
+    def decode_step(self, settings: SamplingSettings | None = None) -> StepTrace:
         """Feed the last chosen token through the model and choose the next one.
+
+        Args:
+            settings: sampling settings to use from this step on (as `set_settings`), applied only once
+                the step is allowed, so a refused step leaves the session exactly as it was.
 
         Raises:
             SessionStateError: no prefill yet, generation has already ended, or the previous step
                 failed part-way (its cache may be half written).
         """
+        with self._step_lock:
+            self._check_can_decode()
+            if settings is not None:
+                self.settings = settings
+            return self._step("decode", [self.generated[-1]], {})
+
+    def _check_can_decode(self) -> None:
         if not self.traces:
             raise SessionStateError("Run the prefill first: a decode step continues a prompt.")
         if self._failed_step is not None:
@@ -136,7 +159,6 @@ class InferenceSession:
             raise SessionStateError(
                 f"Generation has ended ({reason.replace('_', ' ')}). Run a new prefill to start again."
             )
-        return self._step("decode", [self.generated[-1]], {})
 
     def attention_probs(self, step_index: int, layer: int) -> np.ndarray:
         """A layer's attention probabilities for a step, recomputed if the step did not keep them.
@@ -157,7 +179,7 @@ class InferenceSession:
             return record.probs
         if self.loaded.shape_only:
             raise SessionStateError("Shape-only mode computes no attention values.")
-        recorder = StepRecorder(sync=self._sync(), stop_after_layer=layer)
+        recorder = StepRecorder(stop_after_layer=layer)  # the times are not kept: no device clock
         cache = DynamicCache(config=self.loaded.model.config)
         ids = torch.tensor([self.ids[: trace.context_length]], device=self.loaded.device)
         model = self.loaded.model
@@ -166,36 +188,42 @@ class InferenceSession:
                 model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
             except StopForward:
                 pass
+        recorder.finish()
         q_len, kv_len = record.shape[1:]  # a sliding-window layer sees only its last kv_len keys
         return recorder.attention[layer][:, -q_len:, -kv_len:]
 
     def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> list[int]:
         if prompt_tokens is None:
             ids = self._encode(prompt, use_chat_template, system_prompt)
-        elif not self.loaded.shape_only:
+            self._check_length(len(ids))
+            return ids
+        if not self.loaded.shape_only:
             raise PromptError("A prompt given as a token count is for shape-only mode (--config); "
                               "with real weights, give the prompt as text.")
-        elif prompt_tokens < 1:
-            raise PromptError("A prompt needs at least one token.")
-        else:
-            ids = [0] * prompt_tokens
+        if not isinstance(prompt_tokens, int) or prompt_tokens < 1:
+            raise PromptError("A prompt needs at least one token: give a whole number of tokens, 1 or more.")
+        self._check_length(prompt_tokens)  # before allocating: a huge count is refused, not built
+        return [0] * prompt_tokens
+
+    def _check_length(self, n_tokens: int) -> None:
         limit = self.loaded.model.config.max_position_embeddings
-        if len(ids) >= limit:
+        if n_tokens >= limit:
             raise PromptError(
-                f"The prompt is {len(ids)} tokens; this model's context window is {limit} tokens "
+                f"The prompt is {n_tokens} tokens; this model's context window is {limit} tokens "
                 "and one more is needed for the first new token. Shorten the prompt."
             )
-        if self.max_prompt_tokens is not None and len(ids) > self.max_prompt_tokens:
-            raise PromptError(f"The prompt is {len(ids)} tokens; here the limit is {self.max_prompt_tokens}. "
-                              "Shorten the prompt.")
-        return ids
+        if self.max_prompt_tokens is not None and n_tokens > self.max_prompt_tokens:
+            raise PromptError(f"The prompt is {n_tokens} tokens; here the limit is {self.max_prompt_tokens}. "
+                              + self.limit_advice)
 
     def _encode(self, prompt: str | None, use_chat_template: bool, system_prompt: str | None) -> list[int]:
         tokenizer = self.loaded.tokenizer
         if tokenizer is None:
             raise PromptError("This model has no tokenizer here: give the prompt as a token count.")
-        if not prompt or not prompt.strip():
+        if not isinstance(prompt, str) or not prompt.strip():
             raise PromptError("The prompt is empty: type some text to run through the model.")
+        _check_unicode(prompt, "prompt")
+        _check_unicode(system_prompt or "", "system prompt")
         if use_chat_template and tokenizer.chat_template:
             messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
             messages.append({"role": "user", "content": prompt})
@@ -204,16 +232,22 @@ class InferenceSession:
         return tokenizer(prompt)["input_ids"]
 
     def _step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord]) -> StepTrace:
+        """Run one step. Any failure once the forward pass has begun (the cache may hold part of the
+        step, the ids the chosen token) marks the session failed, so no later step builds on it."""
+        try:
+            return self._run_step(stage, new_ids, extra)
+        except Exception as exc:
+            self._failed_step = f"{type(exc).__name__}: {exc}"
+            raise
+
+    def _run_step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord]) -> StepTrace:
         model = self.loaded.model
-        recorder = StepRecorder(sync=self._sync(), keep_attention=self._attention_keeper())
+        recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self._attention_keeper())
         input_ids = torch.tensor([new_ids], device=self.loaded.device)
         with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
             start = time.perf_counter()
-            try:
-                output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=1)
-            except Exception as exc:
-                self._failed_step = f"{type(exc).__name__}: {exc}"
-                raise
+            output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=1)
+            recorder.finish()  # on CUDA the step's one synchronise, so wall_ms covers the GPU's work
             wall_ms = (time.perf_counter() - start) * 1e3
         trace = self._trace(stage, new_ids, recorder, wall_ms)
         self._choose(trace, output.logits[0, -1], extra)
@@ -302,6 +336,13 @@ class InferenceSession:
 
         return keep
 
-    def _sync(self):
-        device = torch.device(self.loaded.device)
-        return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+
+def _check_unicode(text: str, what: str) -> None:
+    """Raise `PromptError` if `text` cannot be encoded as UTF-8 (it holds a lone UTF-16 surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PromptError(
+            f"The {what} holds a character that is not valid Unicode (a lone surrogate, {text[exc.start]!r}, "
+            f"at position {exc.start}), often left by a broken copy and paste. Delete it and try again."
+        ) from exc

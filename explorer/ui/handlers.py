@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
+import tempfile
+from pathlib import Path
 
 import gradio as gr
 
@@ -19,16 +22,15 @@ from explorer.figures.theme import empty_figure
 from explorer.journey import step_label
 from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
-from explorer.ui.models import ModelRegistry
+from explorer.ui.hosting import Limits, Served
+from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
+from explorer.ui.saved import load_run, save_run
 from explorer.ui.tokens import token_strip_html
-from explorer.ui.views import VIEWS, ViewOptions, Visit, render, roofline_view, sampling_view
+from explorer.ui.views import VIEWS, ViewOptions, Visit, render
 
-# A shared app refuses longer prompts: a 2k-token prefill takes seconds here, an 8k one minutes,
-# and every visitor waits in the same queue (DESIGN.md budgets a 2,048-token prompt).
-APP_MAX_PROMPT_TOKENS = 2048
-MAX_RUN_TOKENS = 256  # "Run N tokens" in one click; each step is also bounded by max new tokens
 SAMPLING_INPUTS = 7  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
 EMPTY_VIEW = "Type a prompt and press Prefill."
+STEP_OUTPUTS = 6 + len(VIEWS)  # visit, status, token strip, text, step menu, layer slider, the views
 
 
 def shows_errors(handler):
@@ -55,32 +57,74 @@ def shows_errors(handler):
 
 def settings_from(do_sample: bool, temperature: float, top_k: float, top_p: float, min_p: float,
                   seed: float, max_new_tokens: float) -> SamplingSettings:
-    """Sampling settings from the controls' values.
+    """Sampling settings from the controls' values (`SamplingSettings.from_controls`).
 
     Raises:
-        SamplingSettingsError: a field left empty, or a value out of its range.
+        SamplingSettingsError: a field left empty, not a number, or a value out of its range.
     """
-    if None in (temperature, top_k, top_p, min_p, seed, max_new_tokens):
-        raise SamplingSettingsError("Fill in every sampling field (an empty seed or max new tokens has no value).")
-    return SamplingSettings(do_sample=bool(do_sample), temperature=float(temperature), top_k=int(top_k),
-                            top_p=float(top_p), min_p=float(min_p), seed=int(seed),
-                            max_new_tokens=int(max_new_tokens))
+    return SamplingSettings.from_controls(do_sample, temperature, top_k, top_p, min_p, seed, max_new_tokens)
 
 
-@shows_errors
-def on_prefill_click(registry: ModelRegistry, model_choice: str, custom_model: str, prompt: str,
-                     prompt_tokens: float | None, use_chat_template: bool, system_prompt: str, *controls):
-    """Start a new session on the chosen model: run the prefill of `prompt` (or, for a shape-only
-    model without a tokenizer, of `prompt_tokens` placeholder tokens). Returns the step outputs."""
-    sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
-    settings = settings_from(*sampling)
-    loaded = registry.get(model_choice, custom_model)
-    session = InferenceSession(loaded, settings, max_prompt_tokens=APP_MAX_PROMPT_TOKENS)
-    if loaded.tokenizer is None:
-        session.prefill(prompt_tokens=int(prompt_tokens or 0))  # an empty box: "needs at least one token"
-    else:
-        session.prefill(prompt, use_chat_template=use_chat_template, system_prompt=(system_prompt or "").strip() or None)
-    return step_outputs(Visit.start(session), *view_controls)
+class ServedHandlers:
+    """The handlers that need the app's models, limits and live sessions.
+
+    Bound methods, not `functools.partial`s: Gradio passes `gr.Request` (the page's session hash)
+    only to a callable whose type hints it can read, and a partial hides them.
+    """
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+
+    @shows_errors
+    def on_prefill_click(self, model_choice: str, custom_model: str, prompt: str,
+                         prompt_tokens: float | None, use_chat_template: bool, system_prompt: str, *controls,
+                         request: gr.Request | None = None):
+        """Start a new session on the chosen model: run the prefill of `prompt` (or, for a shape-only
+        model without a tokenizer, of `prompt_tokens` placeholder tokens). Returns the step outputs."""
+        sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
+        settings = _allowed(settings_from(*sampling), self.served.limits)
+        loaded = self.served.registry.get(model_choice, custom_model)
+        session = InferenceSession(loaded, settings, max_prompt_tokens=self.served.limits.max_prompt_tokens,
+                                   limit_advice=self.served.limit_advice())
+        self.served.live.check_room(_page(request))
+        if loaded.tokenizer is None:
+            # an empty box (0): "needs at least one token"
+            session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62))
+        else:
+            session.prefill(prompt, use_chat_template=use_chat_template, system_prompt=(system_prompt or "").strip() or None)
+        visit = Visit.start(session, self.served.limits)
+        self.served.live.admit(_page(request), visit)
+        return step_outputs(visit, *view_controls)
+
+    def on_reset_click(self, request: gr.Request | None = None):
+        """Forget the page's session (its memory is freed): empty state, status, tokens, text, steps and views."""
+        self.served.live.release(_page(request))
+        empty = [empty_figure(view, EMPTY_VIEW) for view in VIEWS]
+        return None, "", "", "", gr.update(choices=[], value=None), gr.skip(), *empty
+
+    @shows_errors
+    def on_import_upload(self, path: str | None, *view_controls, request: gr.Request | None = None):
+        """Show a saved run (no model needed): every view, every step. Returns the step outputs."""
+        if not path:
+            return tuple(gr.skip() for _ in range(STEP_OUTPUTS))
+        visit = Visit.replay(load_run(path), self.served.limits)
+        self.served.live.admit(_page(request), visit)
+        return step_outputs(visit, *view_controls)
+
+    def on_page_load(self, request: gr.Request | None = None) -> tuple:
+        """Fill the controls named in the page's query parameters (a shared link); warn about values
+        that cannot be read or a model not in the menu, and leave those controls as they are."""
+        values, unreadable = values_from_query(dict(request.query_params) if request else {})
+        if values.get("model_choice") not in (None, *self.served.registry.choices()):
+            unreadable.append("model")
+            del values["model_choice"]
+        if unreadable:
+            gr.Warning(f"The link's {', '.join(unreadable)} could not be used; the defaults stay.")
+        return tuple(values.get(field, gr.skip()) for field in LINK_FIELDS)
+
+    def on_page_close(self, request: gr.Request | None = None) -> None:
+        """Free the session of a page that closed."""
+        self.served.live.release(_page(request))
 
 
 @shows_errors
@@ -88,8 +132,7 @@ def on_decode_click(visit: Visit | None, *controls):
     """Run one decode step of the person's session. Returns the step outputs."""
     sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
     session = _session(visit)
-    session.set_settings(settings_from(*sampling))
-    session.decode_step()
+    session.decode_step(_allowed(settings_from(*sampling), visit.limits))  # settings kept only if the step runs
     return step_outputs(visit, *view_controls)
 
 
@@ -98,72 +141,86 @@ def on_run_click(visit: Visit | None, count: float | None, *controls):
     """Run up to `count` decode steps, redrawing after each; stops early where generation ends."""
     sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
     session = _session(visit)
-    if count is None or not 1 <= count <= MAX_RUN_TOKENS:
-        raise SessionStateError(f"Run between 1 and {MAX_RUN_TOKENS} tokens at a time.")
-    session.set_settings(settings_from(*sampling))
+    most = visit.limits.max_run_tokens
+    if count is None or not 1 <= count <= most:
+        raise SessionStateError(f"Run between 1 and {most} tokens at a time.")
+    settings = _allowed(settings_from(*sampling), visit.limits)
     for _ in range(int(count)):
-        session.decode_step()
+        session.decode_step(settings)
         yield step_outputs(visit, *view_controls)
         if session.finished:
             return
 
 
-def on_reset_click():
-    """Forget the session: empty state, status, tokens, text, steps, and empty views."""
-    empty = [empty_figure(view, EMPTY_VIEW) for view in VIEWS]
-    return None, "", "", "", gr.update(choices=[], value=None), gr.skip(), *empty
+@shows_errors
+def on_export_click(visit: Visit | None) -> str:
+    """Save the page's run as JSON in a fresh temporary file and return its path (to download)."""
+    if visit is None:
+        raise SessionStateError("Nothing to export yet: run the prefill first.")
+    with tempfile.NamedTemporaryFile("w", prefix="explorer-run-", suffix=".json", delete=False) as file:
+        return str(save_run(visit, Path(file.name)))
+
+
+def on_share_click(*values) -> str:
+    """The query string of a link that fills in the current prompt, model and sampling settings
+    (`values` in `LINK_FIELDS` order); the page puts its own address in front."""
+    return query_string(dict(zip(LINK_FIELDS, values, strict=True)))
 
 
 @shows_errors
 def on_view_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-                   shown: str):
+                   shown: str, presenter: bool = False):
     """Redraw the view on screen for other view controls (the model runs only to recompute attention
     the session gave up to stay within its memory budget)."""
     if visit is None:
         return tuple(gr.skip() for _ in VIEWS)
-    return _views(visit, _options(visit, step, layer, average_heads, hardware), shown)
+    return _views(visit, _options(visit, step, layer, average_heads, hardware, presenter), shown)
 
 
 def on_tab_select(view: str):
     """The handler of a view's tab: remember it as the view on screen and draw it."""
 
     @shows_errors
-    def select(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str):
+    def select(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
+               presenter: bool = False):
         if visit is None:
             return view, gr.skip()
-        return view, render(visit, _options(visit, step, layer, average_heads, hardware), view)
+        return view, render(visit, _options(visit, step, layer, average_heads, hardware, presenter), view)
 
     return select
 
 
 @shows_errors
-def on_hardware_change(visit: Visit | None, step: int | None, hardware: str):
+def on_hardware_change(visit: Visit | None, step: int | None, hardware: str, presenter: bool = False):
     """Redraw the roofline on another machine."""
     if visit is None:
         return gr.skip()
-    return roofline_view(visit, _options(visit, step, 0, False, hardware))
+    return render(visit, _options(visit, step, 0, False, hardware, presenter), "roofline")
 
 
-def on_sampling_change(visit: Visit | None, step: int | None, *sampling):
-    """Redraw the sampling view with the new settings applied to the shown step's stored logits."""
+def on_sampling_change(visit: Visit | None, step: int | None, *controls):
+    """Redraw the sampling view with the new settings (`controls`: the seven sampling values, then
+    optionally the presenter flag) applied to the shown step's stored logits."""
     if visit is None:
         return gr.skip()
+    sampling, presenter = controls[:SAMPLING_INPUTS], bool(controls[SAMPLING_INPUTS:] and controls[-1])
     try:
         settings = settings_from(*sampling)
     except SamplingSettingsError as exc:
         gr.Warning(str(exc))
         return gr.skip()
-    return sampling_view(visit, _options(visit, step, 0, False, ""), preview=settings)
+    return render(visit, _options(visit, step, 0, False, "", presenter), "sampling", preview=settings)
 
 
-def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str) -> tuple:
+def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str,
+                 presenter: bool = False) -> tuple:
     """After a step: (visit, status, token strip, text, step menu, layer slider, *five views), the
     latest step shown, the view `shown` drawn and the others left as they are."""
     traces = visit.traces
     latest = len(traces) - 1
     n_layers = len(traces[0].kv)
-    layer = max(0, min(int(layer), n_layers - 1))
-    options = ViewOptions(latest, layer, bool(average_heads), hardware)
+    layer = _index(layer, 0, n_layers - 1)
+    options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter))
     next_piece = visit.piece(traces[-1].sampling.token_id) if traces[-1].sampling else None
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
     return (visit, status_text(visit), token_strip_html(traces, latest, next_piece), visit.session.text, steps,
@@ -173,7 +230,7 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
 def status_text(visit: Visit) -> str:
     """The model, then one line on the latest step: tokens in, context, wall time, chosen token."""
     trace = visit.traces[-1]
-    line = f"{visit.session.loaded.description}\n\n**{step_label(trace)}**: {_step_summary(trace)}"
+    line = f"{visit.description}\n\n**{step_label(trace)}**: {_step_summary(trace)}"
     if trace.finished:
         line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."
     return line
@@ -193,14 +250,38 @@ def _views(visit: Visit, options: ViewOptions, shown: str) -> tuple:
     return tuple(render(visit, options, view) if view == shown else gr.skip() for view in VIEWS)
 
 
+def _allowed(settings: SamplingSettings, limits: Limits) -> SamplingSettings:
+    """`settings` if within `limits`.
+
+    Raises:
+        SamplingSettingsError: more new tokens than the app allows.
+    """
+    if settings.max_new_tokens > limits.max_new_tokens:
+        raise SamplingSettingsError(f"This explorer allows at most {limits.max_new_tokens} new tokens per session.")
+    return settings
+
+
+def _index(value: float | None, default: int, top: int) -> int:
+    """A control's number as an index in [0, top]; `default` for an empty box, NaN or infinity."""
+    if value is None or not math.isfinite(value):
+        return default
+    return max(0, min(int(value), top))
+
+
+def _page(request: gr.Request | None) -> str:
+    """The page's Gradio session hash ("local" when a handler is called directly, as in tests)."""
+    return getattr(request, "session_hash", None) or "local"
+
+
 def _session(visit: Visit | None) -> InferenceSession:
     if visit is None:
         raise SessionStateError("Run the prefill first: a decode step continues a prompt.")
     return visit.session
 
 
-def _options(visit: Visit, step: int | None, layer: int, average_heads: bool, hardware: str) -> ViewOptions:
+def _options(visit: Visit, step: int | None, layer: int, average_heads: bool, hardware: str,
+             presenter: bool = False) -> ViewOptions:
     latest = len(visit.traces) - 1
-    step = latest if step is None else max(0, min(int(step), latest))
-    layer = max(0, min(int(layer or 0), len(visit.traces[0].kv) - 1))
-    return ViewOptions(step, layer, bool(average_heads), hardware)
+    step = _index(step, latest, latest)
+    layer = _index(layer, 0, len(visit.traces[0].kv) - 1)
+    return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter))

@@ -6,8 +6,8 @@ their own UI tests.
 
 from __future__ import annotations
 
-import functools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
@@ -15,8 +15,11 @@ import gradio as gr
 from explorer.analysis.hardware import THIS_MACHINE, hardware_names
 from explorer.config import SamplingSettings
 from explorer.figures.theme import empty_figure
+from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.loading import LoadedModel
 from explorer.ui import handlers
+from explorer.ui.handlers import ServedHandlers
+from explorer.ui.hosting import LOCAL, Limits, Served
 from explorer.ui.models import ModelRegistry
 from explorer.ui.views import VIEWS
 
@@ -30,10 +33,12 @@ VIEW_TITLES = {"journey": "Journey", "attention": "Attention", "kv_cache": "KV c
 PLOT_IDS = {"journey": "journey-plot", "attention": "attention-plot", "kv_cache": "kv-plot",
             "sampling": "sampling-plot", "roofline": "roofline-plot"}
 SHORTCUTS = "Keys (outside text fields): **N** next token · **P** prefill · **R** reset · **1-5** switch views"
+# The page's own text follows presenter mode at once (the figures are redrawn on the server).
+PRESENTER_JS = "(...values) => { document.body.classList.toggle('presenter', values[values.length - 1]); return values; }"
 
 
-def example_prompts() -> list[str]:
-    """The example prompts shipped in assets/examples.json."""
+def examples() -> list[dict]:
+    """The ready examples shipped in assets/examples.json: label, prompt and sampling settings."""
     return json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
 
 
@@ -45,58 +50,64 @@ def launch_options() -> dict:
             "ssr_mode": False, "run_history": False}
 
 
-def build_demo(loaded: LoadedModel, device: str = "cpu") -> gr.Blocks:
-    """The Gradio app; `loaded` is the start-up model, shared read-only by every visitor, and other
-    models picked in the app are loaded on `device`."""
-    registry = ModelRegistry(loaded, device)
+def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL) -> gr.Blocks:
+    """The Gradio app; `loaded` is the start-up model, shared read-only by every visitor, other
+    models picked in the app are loaded on `device`, and `limits` bound what a visitor may ask."""
+    served = Served.create(ModelRegistry(loaded, device, limits.allowed_models), limits)
+    c: dict = {}  # the components, by role, for the wiring below
     with gr.Blocks(title="LLM Inference Explorer") as demo:
         gr.Markdown("# LLM Inference Explorer\nType a prompt, run the **prefill**, then one **decode** step "
                     "at a time, and see what the model computes.")
-        visit_state = gr.State(None, time_to_live=SESSION_TTL_S)
-        shown_state = gr.State(VIEWS[0])  # the view whose tab is selected: the only one drawn per step
-        prompt = _prompt_controls(registry, loaded)
-        sampling = _sampling_controls()
+        c["visit"] = gr.State(None, time_to_live=SESSION_TTL_S)
+        c["shown"] = gr.State(VIEWS[0])  # the view whose tab is selected: the only one drawn per step
+        c["prompt"] = _prompt_controls(served.registry, loaded)
+        c["sampling"] = _sampling_controls(limits)
+        _examples(c["prompt"][2], c["sampling"])
         with gr.Row():
-            prefill_btn = gr.Button("Prefill", variant="primary", elem_id="prefill-btn")
-            decode_btn = gr.Button("Next token", elem_id="decode-btn")
-            run_count = gr.Number(8, label="N", precision=0, minimum=1, maximum=handlers.MAX_RUN_TOKENS,
-                                  elem_id="run-count", min_width=80, scale=0)
-            run_btn = gr.Button("Run N tokens", elem_id="run-btn")
-            reset_btn = gr.Button("Reset", variant="stop", elem_id="reset-btn")
+            c["prefill_btn"] = gr.Button("Prefill", variant="primary", elem_id="prefill-btn")
+            c["decode_btn"] = gr.Button("Next token", elem_id="decode-btn")
+            c["run_count"] = gr.Number(8, label="N", precision=0, minimum=1, maximum=limits.max_run_tokens,
+                                       elem_id="run-count", min_width=80, scale=0)
+            c["run_btn"] = gr.Button("Run N tokens", elem_id="run-btn")
+            c["reset_btn"] = gr.Button("Reset", variant="stop", elem_id="reset-btn")
         gr.Markdown(SHORTCUTS, elem_id="shortcuts")
-        status_md = gr.Markdown(elem_id="status")
-        strip_html = gr.HTML(elem_id="token-strip")
-        text_box = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=2)
+        with gr.Accordion("Share a link, export the run, load a saved run", open=False, elem_id="lecture-tools"):
+            with gr.Row():
+                c["share_btn"] = gr.Button("Share link", elem_id="share-btn", size="sm", scale=0)
+                c["share_box"] = gr.Textbox(show_label=False, placeholder="a link to this prompt, model and settings",
+                                            elem_id="share-link", buttons=["copy"], scale=4)
+            with gr.Row():
+                c["export_btn"] = gr.Button("Export run (JSON)", elem_id="export-btn", size="sm", scale=0)
+                c["export_file"] = gr.File(label="Exported run", elem_id="export-file", interactive=False, height=120)
+                c["import_file"] = gr.File(label="Load a saved run (no model needed)", file_types=[".json"],
+                                           elem_id="import-file", type="filepath", height=120)
+        c["status"] = gr.Markdown(elem_id="status")
+        c["strip"] = gr.HTML(elem_id="token-strip")
+        c["text"] = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=2)
         with gr.Row():
-            step_select = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True)
-            layer_slider = gr.Slider(0, loaded.model.config.num_hidden_layers - 1, 0, step=1, label="Layer",
-                                     elem_id="layer-slider")
-            average_box = gr.Checkbox(False, label="Attention: average over heads", elem_id="average-heads")
-            hardware_select = gr.Dropdown(hardware_names(), value=THIS_MACHINE, label="Roofline hardware",
-                                          elem_id="hardware-select")
-        tabs, plots = _view_tabs()
-
-        view_controls = [layer_slider, average_box, hardware_select, shown_state]
-        step_outputs = [visit_state, status_md, strip_html, text_box, step_select, layer_slider, *plots]
-        # Progress (and an error's mark) on the status line only: the views stay readable meanwhile.
-        model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [status_md]}
-        prefill_btn.click(functools.partial(handlers.on_prefill_click, registry), [*prompt, *sampling, *view_controls],
-                          step_outputs, api_name="prefill", trigger_mode="always_last", **model_run)
-        # every click on Next token is one step, run in order, even while the previous one runs
-        decode_btn.click(handlers.on_decode_click, [visit_state, *sampling, *view_controls], step_outputs,
-                         api_name="decode", trigger_mode="multiple", **model_run)
-        run_btn.click(handlers.on_run_click, [visit_state, run_count, *sampling, *view_controls], step_outputs,
-                      api_name="run", trigger_mode="always_last", **model_run)
-        reset_btn.click(handlers.on_reset_click, None, step_outputs, api_name="reset")
-        view_inputs = [visit_state, step_select, layer_slider, average_box, hardware_select]
-        for control in (step_select, layer_slider, average_box):
-            control.input(handlers.on_view_change, [*view_inputs, shown_state], plots, concurrency_id=MODEL_QUEUE)
-        for view, tab, plot in zip(VIEWS, tabs, plots, strict=True):
-            tab.select(handlers.on_tab_select(view), view_inputs, [shown_state, plot], concurrency_id=MODEL_QUEUE)
-        hardware_select.input(handlers.on_hardware_change, [visit_state, step_select, hardware_select], plots[-1])
-        for control in sampling[:5]:
-            control.input(handlers.on_sampling_change, [visit_state, step_select, *sampling], plots[3])
+            c["step"] = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True)
+            c["layer"] = gr.Slider(0, loaded.model.config.num_hidden_layers - 1, 0, step=1, label="Layer",
+                                   elem_id="layer-slider")
+            c["average"] = gr.Checkbox(False, label="Attention: average over heads", elem_id="average-heads")
+            machine = THIS_MACHINE if loaded.shape_only else roofline_hardware_key(loaded.device)
+            c["hardware"] = gr.Dropdown(hardware_names(), value=machine, label="Roofline hardware",
+                                        elem_id="hardware-select")
+            c["presenter"] = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
+        c["tabs"], c["plots"] = _view_tabs()
+        app = ServedHandlers(served)
+        _wire_steps(c, app)
+        _wire_lecture(c, app, demo)
+        _wire_views(c)
+    demo.queue(max_size=limits.queue_size)
     return demo
+
+
+def _examples(prompt_box: gr.Textbox, sampling: list) -> None:
+    """The ready examples: each fills the prompt and the sampling settings (assets/examples.json)."""
+    fields = ["prompt", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed"]
+    gr.Examples([[example[field] for field in fields] for example in examples()], [prompt_box, *sampling[:6]],
+                label="Ready examples (they fill the prompt and the sampling settings)",
+                example_labels=[example["label"] for example in examples()])
 
 
 def _prompt_controls(registry: ModelRegistry, loaded: LoadedModel) -> list[gr.components.Component]:
@@ -104,8 +115,7 @@ def _prompt_controls(registry: ModelRegistry, loaded: LoadedModel) -> list[gr.co
     no_tokenizer = loaded.tokenizer is None
     with gr.Row():
         with gr.Column(scale=3):
-            prompt_box = gr.Textbox(example_prompts()[0], label="Prompt", elem_id="prompt-box", lines=3)
-            gr.Examples([[p] for p in example_prompts()], [prompt_box], label="Example prompts")
+            prompt_box = gr.Textbox(examples()[0]["prompt"], label="Prompt", elem_id="prompt-box", lines=3)
         with gr.Column(scale=2):
             model_select = gr.Dropdown(registry.choices(), value=registry.default_choice, label="Model",
                                        info=loaded.description, elem_id="model-select")
@@ -119,15 +129,15 @@ def _prompt_controls(registry: ModelRegistry, loaded: LoadedModel) -> list[gr.co
     return [model_select, custom_model, prompt_box, prompt_tokens, chat_template, system_prompt]
 
 
-def _sampling_controls() -> list[gr.components.Component]:
+def _sampling_controls(limits: Limits) -> list[gr.components.Component]:
     """The sampling controls, in `settings_from`'s order."""
-    s = APP_SAMPLING
+    s = replace(APP_SAMPLING, max_new_tokens=min(APP_SAMPLING.max_new_tokens, limits.max_new_tokens))
     with gr.Accordion("Sampling: greedy or sample, temperature, top-k, top-p, min-p, seed", open=False):
         with gr.Row():
             sample_box = gr.Checkbox(s.do_sample, label="Sample (off: greedy)", elem_id="do-sample")
             seed_box = gr.Number(s.seed, label="Seed", precision=0, minimum=0, elem_id="seed")
             max_new_box = gr.Number(s.max_new_tokens, label="Max new tokens", precision=0, minimum=1,
-                                    elem_id="max-new-tokens")
+                                    maximum=limits.max_new_tokens, elem_id="max-new-tokens")
         with gr.Row():
             temperature = gr.Slider(0.05, 2.0, s.temperature, step=0.05, label="Temperature", elem_id="temperature")
             top_k = gr.Slider(0, 200, s.top_k, step=1, label="Top-k", info="0: off", elem_id="top-k")
@@ -146,3 +156,59 @@ def _view_tabs() -> tuple[list[gr.Tab], list[gr.Plot]]:
                                      elem_id=PLOT_IDS[view]))
             tabs.append(tab)
     return tabs, plots
+
+
+def _step_outputs(c: dict) -> list:
+    return [c["visit"], c["status"], c["strip"], c["text"], c["step"], c["layer"], *c["plots"]]
+
+
+def _view_controls(c: dict) -> list:
+    return [c["layer"], c["average"], c["hardware"], c["shown"], c["presenter"]]
+
+
+def _wire_steps(c: dict, app: ServedHandlers) -> None:
+    """Prefill, Next token, Run N and Reset: each runs the model (one queue) and redraws the view on screen."""
+    # Progress (and an error's mark) on the status line only: the views stay readable meanwhile.
+    model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]]}
+    outputs, views = _step_outputs(c), _view_controls(c)
+    c["prefill_btn"].click(app.on_prefill_click, [*c["prompt"], *c["sampling"], *views],
+                           outputs, api_name="prefill", trigger_mode="always_last", **model_run)
+    # every click on Next token is one step, run in order, even while the previous one runs
+    c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *c["sampling"], *views], outputs,
+                          api_name="decode", trigger_mode="multiple", **model_run)
+    c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *c["sampling"], *views], outputs,
+                       api_name="run", trigger_mode="always_last", **model_run)
+    c["reset_btn"].click(app.on_reset_click, None, outputs, api_name="reset")
+
+
+def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
+    """Share links, export and import of runs, and freeing a closed page's session."""
+    prompt = c["prompt"]
+    link_controls = [prompt[2], prompt[0], prompt[1], prompt[4], prompt[5], *c["sampling"]]  # LINK_FIELDS order
+    c["share_btn"].click(handlers.on_share_click, link_controls, c["share_box"]).then(
+        None, c["share_box"], c["share_box"], js="(query) => window.location.origin + window.location.pathname + query")
+    demo.load(app.on_page_load, None, link_controls)
+    demo.unload(app.on_page_close)
+    c["export_btn"].click(handlers.on_export_click, c["visit"], c["export_file"])
+    c["import_file"].upload(app.on_import_upload,
+                            [c["import_file"], *_view_controls(c)], _step_outputs(c), concurrency_id=MODEL_QUEUE)
+
+
+def _wire_views(c: dict) -> None:
+    """View controls and tabs redraw the view on screen without a step (attention may be recomputed:
+    the model queue)."""
+    plots = c["plots"]
+    view_inputs = [c["visit"], c["step"], c["layer"], c["average"], c["hardware"]]
+    for control in (c["step"], c["layer"], c["average"]):
+        control.input(handlers.on_view_change, [*view_inputs, c["shown"], c["presenter"]], plots,
+                      concurrency_id=MODEL_QUEUE)
+    c["presenter"].change(handlers.on_view_change, [*view_inputs, c["shown"], c["presenter"]], plots,
+                          js=PRESENTER_JS, concurrency_id=MODEL_QUEUE)
+    for view, tab, plot in zip(VIEWS, c["tabs"], plots, strict=True):
+        tab.select(handlers.on_tab_select(view), [*view_inputs, c["presenter"]], [c["shown"], plot],
+                   concurrency_id=MODEL_QUEUE)
+    c["hardware"].input(handlers.on_hardware_change, [c["visit"], c["step"], c["hardware"], c["presenter"]],
+                        plots[-1])
+    for control in c["sampling"][:5]:
+        control.input(handlers.on_sampling_change, [c["visit"], c["step"], *c["sampling"], c["presenter"]],
+                      plots[3])

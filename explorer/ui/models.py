@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from explorer.analysis.spec import ModelSpec
 from explorer.config import preset_names
+from explorer.errors import ModelLoadError
 from explorer.runner.loading import LoadedModel, load_model, load_shape_only
 
 SHAPE_ONLY_PREFIX = "shape-only: "
@@ -22,10 +22,12 @@ class ModelRegistry:
     Args:
         default: the model the app was started with (never dropped).
         device: where models picked by hub id or folder are loaded ("cpu", "cuda:0").
+        allowed: the hub ids that may be loaded by name; None allows any hub id or local folder.
     """
 
-    def __init__(self, default: LoadedModel, device: str = "cpu") -> None:
+    def __init__(self, default: LoadedModel, device: str = "cpu", allowed: tuple[str, ...] | None = None) -> None:
         self.default = default
+        self.allowed = allowed
         self.device = device if default.device == "meta" else default.device
         self._extra: OrderedDict[str, LoadedModel] = OrderedDict()
         self._lock = threading.Lock()
@@ -46,13 +48,18 @@ class ModelRegistry:
         """The model for a menu entry, or for `custom` (a hub id or folder) when it is not blank.
 
         Raises:
-            UnknownPresetError, ConfigError, ModelLoadError: the model cannot be loaded (the
-                message says why and what to do).
+            UnknownPresetError, ConfigError, ModelLoadError: the model is not allowed here or cannot be
+                loaded (the message says why and what to do).
         """
         custom = (custom or "").strip()
         key = custom or choice
         if key in (self.default.name, self.default_choice):
             return self.default
+        if custom and self.allowed is not None and custom not in self.allowed:
+            raise ModelLoadError(f"This hosted explorer loads only {', '.join(self.allowed)} besides the menu's "
+                                 "models; run it on your own machine (python app.py) for any other.")
+        if not custom and choice not in self.choices():
+            raise ModelLoadError(f"'{choice}' is not in the model menu.")
         with self._lock:
             if key not in self._extra:
                 self._extra[key] = self._load(choice, custom)
@@ -66,11 +73,3 @@ class ModelRegistry:
             return load_model(custom, device=self.device)
         return load_shape_only(choice.removeprefix(SHAPE_ONLY_PREFIX))
 
-
-def model_spec(loaded: LoadedModel) -> ModelSpec:
-    """The analysis' view of a loaded model (dimensions in the field's names).
-
-    Raises:
-        ConfigError: a family the cost model does not know.
-    """
-    return ModelSpec.from_hf_config(loaded.model.config.to_dict())

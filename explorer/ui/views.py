@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import plotly.graph_objects as go
 
-from explorer.analysis.hardware import THIS_MACHINE, get_hardware
+from explorer.analysis.hardware import get_hardware
 from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError
@@ -21,11 +21,13 @@ from explorer.figures.journey import journey_figure
 from explorer.figures.kv_cache import kv_cache_figure
 from explorer.figures.roofline import roofline_figure
 from explorer.figures.sampling import sampling_figure
-from explorer.figures.theme import empty_figure
+from explorer.figures.theme import empty_figure, presenter_style
+from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.sampling import resample
 from explorer.runner.session import InferenceSession
 from explorer.trace import SamplingRecord, StepTrace
-from explorer.ui.models import model_spec
+from explorer.ui.hosting import Limits
+from explorer.ui.saved import SavedSession
 
 VIEWS = ("journey", "attention", "kv_cache", "sampling", "roofline")
 NO_VALUES = "Shape-only mode: the model has no weights, so there are no {} to show (shapes and costs only)."
@@ -36,21 +38,41 @@ class Visit:
     """One visitor's inference.
 
     Attributes:
-        session: the inference session (ids, KV cache, traces, sampling generator).
+        session: the inference session (ids, KV cache, traces, sampling generator), or a saved run.
+        limits: what the app allows this visitor.
+        model_name: the model's name ("smollm2-135m-instruct", a hub id, a folder, a preset).
+        description: one line on the model and its weights.
+        config: the model's Hugging Face config as a dict.
         spec: the model as the cost model sees it; None for a family it does not know (no roofline).
     """
 
-    session: InferenceSession
-    spec: ModelSpec | None
+    session: InferenceSession | SavedSession
+    limits: Limits
+    model_name: str
+    description: str
+    config: dict
+    spec: ModelSpec | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            self.spec = ModelSpec.from_hf_config(self.config)
+        except ConfigError:
+            self.spec = None
 
     @classmethod
-    def start(cls, session: InferenceSession) -> Visit:
-        """A visit over `session`; the roofline is left out for a family the cost model lacks."""
-        try:
-            spec = model_spec(session.loaded)
-        except ConfigError:
-            spec = None
-        return cls(session, spec)
+    def start(cls, session: InferenceSession, limits: Limits) -> Visit:
+        """A visit over a live session."""
+        loaded = session.loaded
+        return cls(session, limits, loaded.name, loaded.description, loaded.model.config.to_dict())
+
+    @classmethod
+    def replay(cls, saved: SavedSession, limits: Limits) -> Visit:
+        """A visit over a saved run (no model)."""
+        return cls(saved, limits, saved.model_name, saved.description, saved.config)
+
+    def close(self) -> None:
+        """Free the session's KV cache and traces (the page closed or started over)."""
+        self.session.close()
 
     @property
     def traces(self) -> list[StepTrace]:
@@ -80,17 +102,21 @@ class ViewOptions:
         layer: the decoder layer of the journey and attention views.
         average_heads: draw the mean over query heads instead of one panel per head.
         hardware: the roofline's machine: a catalogue key or "this-machine".
+        presenter: larger text and stronger contrast, for a projector.
     """
 
     step: int
     layer: int
     average_heads: bool
     hardware: str
+    presenter: bool = False
 
 
-def render(visit: Visit, options: ViewOptions, view: str) -> go.Figure:
-    """The figure of one view ("journey", "attention", "kv_cache", "sampling" or "roofline")."""
-    return RENDERERS[view](visit, options)
+def render(visit: Visit, options: ViewOptions, view: str, preview: SamplingSettings | None = None) -> go.Figure:
+    """The figure of one view ("journey", "attention", "kv_cache", "sampling" or "roofline"); for
+    the sampling view, `preview` applies other settings to the step's stored logits."""
+    figure = sampling_view(visit, options, preview) if view == "sampling" else RENDERERS[view](visit, options)
+    return presenter_style(figure) if options.presenter else figure
 
 
 def journey_view(visit: Visit, options: ViewOptions) -> go.Figure:
@@ -114,7 +140,7 @@ def attention_view(visit: Visit, options: ViewOptions) -> go.Figure:
 def kv_cache_view(visit: Visit, options: ViewOptions) -> go.Figure:
     """Every layer's KV cache over the steps up to the shown one, against an MHA model's."""
     trace = visit.trace(options.step)
-    n_heads = visit.session.loaded.model.config.num_attention_heads
+    n_heads = visit.config["num_attention_heads"]
     return kv_cache_figure(visit.traces[: trace.step_index + 1], n_heads, trace.step_index)
 
 
@@ -144,7 +170,7 @@ def roofline_view(visit: Visit, options: ViewOptions) -> go.Figure:
     if visit.spec is None:
         return empty_figure("roofline", "The cost model does not know this model family.")
     trace = visit.trace(options.step)
-    measured = options.hardware == THIS_MACHINE and trace.device == "cpu"
+    measured = trace.device != "meta" and options.hardware == roofline_hardware_key(trace.device)
     decode = trace if trace.step_index > 0 else None
     return roofline_figure(visit.spec, visit.traces[0], decode, get_hardware(options.hardware),
                            trace.step_index, measured=measured)

@@ -4,15 +4,12 @@ Type a prompt, Prefill, three Next token clicks and one keyboard shortcut, then 
 switch layer, move the temperature, go back to step 1, and open a second page. Screenshots of
 every view are saved under artifacts/e2e/.
 
-Needs Debian's `chromium` (/usr/bin/chromium; `playwright install` cannot download a browser here).
-Without it these tests skip, unless EXPLORER_REQUIRE_BROWSER=1 (set by .ci/run) makes that a failure.
+The browser comes from tests/e2e/conftest.py.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import socket
 from pathlib import Path
 
@@ -20,10 +17,6 @@ import pytest
 
 pytestmark = pytest.mark.real_model
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run"]
 TIMEOUT_MS = 60_000
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 PROMPT = "What is the capital of France?"
@@ -47,36 +40,18 @@ READ_FIGURE = """id => {
 }"""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app_url(embedded_model):
     from explorer.ui.layout import build_demo, launch_options
 
     demo = build_demo(embedded_model)
-    port = _free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                 **launch_options())
     yield f"http://127.0.0.1:{port}/"
     demo.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("EXPLORER_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"no Chromium at {CHROMIUM}: apt-get install chromium")
-        pytest.skip("no Chromium (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +166,30 @@ def test_errors_are_messages_that_keep_the_view(page):
     expect(page.locator("#token-strip .tok.generated")).to_have_count(4)
 
 
+
+
+def test_presenter_mode_enlarges_the_page_and_the_figures(page):
+    page.locator("#presenter-mode input").check()
+    page.wait_for_function("() => document.body.classList.contains('presenter')")
+    show(page, "journey", 1)  # the step the previous test went back to
+    page.wait_for_function("() => document.querySelector('#journey-plot .js-plotly-plot').layout.font.size === 20")
+    page.screenshot(path=str(ARTIFACTS / "presenter.png"), full_page=True)
+    page.locator("#presenter-mode input").uncheck()
+    page.wait_for_function("() => document.querySelector('#journey-plot .js-plotly-plot').layout.font.size === 13")
+
+
+def test_a_shared_link_fills_the_prompt_and_the_settings(browser, app_url):
+    from playwright.sync_api import expect
+
+    other = browser.new_page(viewport={"width": 1400, "height": 1000})
+    other.goto(app_url + "?prompt=Bonjour+%C3%A0+tous&temperature=1.3&seed=9&sample=0")
+    expect(other.locator("#prompt-box textarea")).to_have_value("Bonjour à tous", timeout=TIMEOUT_MS)
+    other.get_by_text("Sampling: greedy or sample").click()
+    expect(other.locator("#temperature input[type=number]")).to_have_value("1.3")
+    expect(other.locator("#seed input")).to_have_value("9")
+    expect(other.locator("#do-sample input")).not_to_be_checked()
+    other.locator("#lecture-tools").get_by_text("Share a link").click()
+    other.locator("#share-btn").click()
+    expect(other.locator("#share-link textarea")).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?prompt="
+                                                                          r"Bonjour\+%C3%A0\+tous&.*temperature=1\.3"))
+    other.close()

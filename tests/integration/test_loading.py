@@ -17,7 +17,7 @@ from transformers import (
 )
 
 from explorer.errors import ConfigError, ModelLoadError, UnknownPresetError
-from explorer.runner import embedded, loading
+from explorer.runner import devices, embedded, loading
 from explorer.runner.loading import DEFAULT_MODEL, load, load_model, load_shape_only
 
 # Every dimension distinct (DESIGN.md "Models"), so a swapped axis shows.
@@ -50,7 +50,8 @@ def test_embedded_model_is_smollm2_135m_instruct_in_float32(embedded_model):
     assert not model.training and not any(p.requires_grad for p in model.parameters())
     assert embedded_model.name == DEFAULT_MODEL
     assert (embedded_model.device, embedded_model.shape_only) == ("cpu", False)
-    assert "Q4_1" in embedded_model.description and "float32" in embedded_model.description
+    assert "Q4_1" in embedded_model.description and embedded_model.description.endswith("on cpu in float32")
+    assert embedded_model.dtype == "float32"
 
 
 @pytest.mark.real_model
@@ -155,7 +156,7 @@ def test_gguf_is_found_without_importing_its_package():
 
 def test_tiny_llama_folder_loads_by_path_in_float32(tmp_path):
     saved = save_tiny_llama(tmp_path / "tiny", dtype=torch.bfloat16)
-    loaded = load_model(str(tmp_path / "tiny"))
+    loaded = load_model(str(tmp_path / "tiny"), device="cpu")
     assert type(loaded.model).__name__ == "LlamaForCausalLM"
     assert loaded.model.model.layers[0].mlp.gate_proj.weight.shape == (37, 32)
     assert {p.dtype for p in loaded.model.parameters()} == {torch.float32}
@@ -164,7 +165,7 @@ def test_tiny_llama_folder_loads_by_path_in_float32(tmp_path):
     assert (loaded.tokenizer, loaded.shape_only, loaded.device) == (None, False, "cpu")
     assert loaded.eos_token_ids == [96]
     assert loaded.description.startswith(f"{tmp_path / 'tiny'}: llama,")
-    assert "float32 on cpu" in loaded.description
+    assert loaded.description.endswith(", on cpu in float32") and loaded.dtype == "float32"
 
 
 def test_shape_only_qwen3_lives_on_meta_with_exact_shapes():
@@ -232,7 +233,7 @@ def test_uncached_hub_id_offline_says_how_to_get_it(monkeypatch):
 
 def test_too_large_model_is_refused_before_loading_weights(tmp_path, monkeypatch):
     save_tiny_llama(tmp_path)
-    monkeypatch.setattr(loading, "free_memory_bytes", lambda device: 1000)
+    monkeypatch.setattr(devices, "free_memory_bytes", lambda device: 1000)
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained",
                         lambda *a, **k: pytest.fail("weights were read before the memory check"))
     with pytest.raises(ModelLoadError, match="has 0.0 GiB free.*shape-only with --config"):

@@ -7,6 +7,7 @@ import pytest
 from tiny_models import tiny_model
 
 from explorer.ui import handlers
+from explorer.ui.hosting import HOSTED, LOCAL, Limits, Served
 from explorer.ui.models import SHAPE_ONLY_PREFIX, ModelRegistry
 
 # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
@@ -17,13 +18,19 @@ VIEW = (1, False, "h100-sxm", "attention")  # layer, average over heads, rooflin
 
 
 @pytest.fixture(scope="module")
-def registry():
-    return ModelRegistry(tiny_model("llama"))
+def model():
+    return tiny_model("llama")
 
 
-def prefill(registry, prompt="Hi there!", sampling=GREEDY, choice=None, prompt_tokens=17):
-    return handlers.on_prefill_click(registry, choice or registry.default_choice, "", prompt, prompt_tokens,
-                                     False, "", *sampling, *VIEW)
+@pytest.fixture
+def served(model):
+    return Served.create(ModelRegistry(model), LOCAL)
+
+
+def prefill(served, prompt="Hi there!", sampling=GREEDY, choice=None, prompt_tokens=17, custom="", page=None):
+    request = type("Request", (), {"session_hash": page})() if page else None
+    return handlers.ServedHandlers(served).on_prefill_click(choice or served.registry.default_choice, custom, prompt, prompt_tokens,
+                                     False, "", *sampling, *VIEW, request=request)
 
 
 def meta(figure) -> dict:
@@ -37,8 +44,8 @@ def drawn(visit, view, step=None, layer=1, average_heads=False):
     return figure
 
 
-def test_prefill_draws_the_view_on_screen_and_each_tab_draws_its_own(registry):
-    visit, status, strip, text, steps, layer, *figures = prefill(registry)
+def test_prefill_draws_the_view_on_screen_and_each_tab_draws_its_own(served):
+    visit, status, strip, text, steps, layer, *figures = prefill(served)
     T = len(visit.traces[0].input_ids)
     assert f"**prefill**: {T} token(s) in, context n = {T}" in status
     assert strip.count('class="tok prompt') == T and strip.count('class="tok next"') == 1
@@ -49,8 +56,8 @@ def test_prefill_draws_the_view_on_screen_and_each_tab_draws_its_own(registry):
     assert [meta(drawn(visit, view)) for view in VIEWS] == [{"view": v, "step": 0} for v in VIEWS]
 
 
-def test_decode_steps_grow_the_attention_and_the_cache(registry):
-    visit, *_ = prefill(registry)
+def test_decode_steps_grow_the_attention_and_the_cache(served):
+    visit, *_ = prefill(served)
     T = len(visit.traces[0].input_ids)
     for _ in range(3):
         visit, status, strip, text, steps, layer, *figures = handlers.on_decode_click(visit, *GREEDY, *VIEW)
@@ -63,16 +70,16 @@ def test_decode_steps_grow_the_attention_and_the_cache(registry):
     assert text == visit.session.text
 
 
-def test_run_n_tokens_redraws_after_each_and_stops_at_max_new_tokens(registry):
-    visit, *_ = prefill(registry)
+def test_run_n_tokens_redraws_after_each_and_stops_at_max_new_tokens(served):
+    visit, *_ = prefill(served)
     outputs = list(handlers.on_run_click(visit, 20, *GREEDY, *VIEW))
     assert len(outputs) == 7  # prefill chose token 1 of 8; seven decode steps choose the rest
     assert [meta(out[7])["step"] for out in outputs] == list(range(1, 8))
     assert visit.session.finished and "Generation ended (max new tokens)" in outputs[-1][1]
 
 
-def test_going_back_to_a_step_redraws_it_without_running_the_model(registry):
-    visit, *_ = prefill(registry)
+def test_going_back_to_a_step_redraws_it_without_running_the_model(served):
+    visit, *_ = prefill(served)
     for _ in range(3):
         handlers.on_decode_click(visit, *GREEDY, *VIEW)
     ids = list(visit.session.ids)
@@ -84,8 +91,8 @@ def test_going_back_to_a_step_redraws_it_without_running_the_model(registry):
     assert visit.session.ids == ids and len(visit.traces) == 4
 
 
-def test_moving_a_sampling_slider_resamples_the_stored_logits(registry):
-    visit, *_ = prefill(registry, sampling=SAMPLED)
+def test_moving_a_sampling_slider_resamples_the_stored_logits(served):
+    visit, *_ = prefill(served, sampling=SAMPLED)
     before = drawn(visit, "sampling")
     ids = list(visit.session.ids)
     after = handlers.on_sampling_change(visit, 0, True, 2.0, 5, 0.9, 0.0, 3, 8)
@@ -101,20 +108,20 @@ def test_decode_before_prefill_is_an_error_message():
 
 
 @pytest.mark.parametrize("count", [0, None, 10_000])
-def test_run_n_tokens_out_of_range_is_an_error_message(registry, count):
-    visit, *_ = prefill(registry)
+def test_run_n_tokens_out_of_range_is_an_error_message(served, count):
+    visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="between 1 and 256"):
         list(handlers.on_run_click(visit, count, *GREEDY, *VIEW))
     assert len(visit.traces) == 1
 
 
-def test_empty_prompt_is_an_error_message(registry):
+def test_empty_prompt_is_an_error_message(served):
     with pytest.raises(gr.Error, match="empty"):
-        prefill(registry, prompt="  ")
+        prefill(served, prompt="  ")
 
 
-def test_absurd_sampling_is_an_error_and_the_session_survives(registry):
-    visit, *_ = prefill(registry)
+def test_absurd_sampling_is_an_error_and_the_session_survives(served):
+    visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="temperature must be"):
         handlers.on_decode_click(visit, True, 0.0, 0, 1.0, 0.0, 0, 8, *VIEW)
     assert len(visit.traces) == 1
@@ -127,20 +134,52 @@ def test_absurd_sampling_is_an_error_and_the_session_survives(registry):
     (0, None, "Fill in every sampling field"),
     (99999999999999999999, 8, "seed must be"),
 ])
-def test_empty_or_huge_numbers_are_an_error_message(registry, seed, max_new, message):
+def test_empty_or_huge_numbers_are_an_error_message(served, seed, max_new, message):
     with pytest.raises(gr.Error, match=message):
-        prefill(registry, sampling=(False, 1.0, 0, 1.0, 0.0, seed, max_new))
+        prefill(served, sampling=(False, 1.0, 0, 1.0, 0.0, seed, max_new))
 
 
-def test_the_app_refuses_prompts_past_its_limit(registry, monkeypatch):
-    monkeypatch.setattr("explorer.ui.handlers.APP_MAX_PROMPT_TOKENS", 20)
-    with pytest.raises(gr.Error, match="the limit is 20"):
-        prefill(registry, prompt="x" * 40)
+def test_the_app_refuses_prompts_past_its_limit_and_says_how_to_raise_it(model):
+    served = Served.create(ModelRegistry(model), Limits(max_prompt_tokens=20))
+    with pytest.raises(gr.Error, match="the limit is 20. Shorten the prompt, or start the app with "
+                                       "--max-prompt-tokens N"):
+        prefill(served, prompt="x" * 40)
 
 
-def test_a_shape_only_model_takes_a_token_count_and_has_no_values(registry):
+def test_hosted_limits_refuse_other_models_long_runs_and_too_many_tokens(model):
+    served = Served.create(ModelRegistry(model, allowed=HOSTED.allowed_models), HOSTED)
+    for custom in ("/etc", "../../etc", "https://evil.example/x", "gpt2"):
+        with pytest.raises(gr.Error, match="This hosted explorer loads only Qwen/Qwen3-0.6B"):
+            prefill(served, custom=custom)
+    with pytest.raises(gr.Error, match="at most 128 new tokens"):
+        prefill(served, sampling=(False, 1.0, 0, 1.0, 0.0, 0, 129))
+    visit, *_ = prefill(served)
+    with pytest.raises(gr.Error, match="between 1 and 32"):
+        list(handlers.on_run_click(visit, 33, *GREEDY, *VIEW))
+
+
+def test_a_model_not_in_the_menu_is_refused(served):
+    with pytest.raises(gr.Error, match="'../../etc/passwd' is not in the model menu"):
+        prefill(served, choice="../../etc/passwd")
+
+
+def test_sessions_are_capped_and_a_closed_page_frees_its_session(model):
+    served = Served.create(ModelRegistry(model), Limits(max_sessions=2))
+    first, *_ = prefill(served, page="a")
+    prefill(served, page="b")
+    with pytest.raises(gr.Error, match="serving 2 sessions"):
+        prefill(served, page="c")
+    again, *_ = prefill(served, page="a")  # a page's new prefill replaces its old session
+    assert first.traces == [] and len(again.traces) == 1 and len(served.live) == 2
+    handlers.ServedHandlers(served).on_page_close(type("Request", (), {"session_hash": "b"})())
+    assert len(served.live) == 1
+    prefill(served, page="c")
+    assert len(served.live) == 2
+
+
+def test_a_shape_only_model_takes_a_token_count_and_has_no_values(served):
     choice = SHAPE_ONLY_PREFIX + "qwen3-0.6b"
-    visit, status, *_ = prefill(registry, prompt="", choice=choice)
+    visit, status, *_ = prefill(served, prompt="", choice=choice)
     attention, sampling, roofline = (drawn(visit, view) for view in ("attention", "sampling", "roofline"))
     assert visit.traces[0].op("layers.0.attn.q_proj").output_shapes == [[1, 17, 2048]]
     assert "shape-only mode has shapes but no values" in status
@@ -148,17 +187,17 @@ def test_a_shape_only_model_takes_a_token_count_and_has_no_values(registry):
     assert "Shape-only mode" in sampling.layout.annotations[0].text
     assert meta(roofline) == {"view": "roofline", "step": 0} and len(roofline.data) > 2
     with pytest.raises(gr.Error, match="at least one token"):
-        prefill(registry, prompt="", choice=choice, prompt_tokens=None)
+        prefill(served, prompt="", choice=choice, prompt_tokens=None)
 
 
-def test_an_unknown_model_is_an_error_message(registry):
+def test_an_unknown_model_is_an_error_message(served):
     with pytest.raises(gr.Error, match="no-such-org/no-such-model"):
-        handlers.on_prefill_click(registry, registry.default_choice, "no-such-org/no-such-model", "Hi", 17,
-                                  False, "", *GREEDY, *VIEW)
+        prefill(served, custom="no-such-org/no-such-model")
 
 
-def test_reset_forgets_the_session(registry):
-    visit, *_ = prefill(registry)
-    state, status, strip, text, steps, layer, *figures = handlers.on_reset_click()
+def test_reset_forgets_the_session(served):
+    visit, *_ = prefill(served)
+    state, status, strip, text, steps, layer, *figures = handlers.ServedHandlers(served).on_reset_click()
+    assert visit.traces == [] and len(served.live) == 0  # its memory is freed
     assert state is None and status == strip == text == "" and steps["choices"] == []
     assert [meta(f) for f in figures] == [{"view": v, "step": None} for v in VIEWS]

@@ -32,7 +32,7 @@ def test_rows_are_the_layers_stops_and_the_outer_ones_in_execution_order():
     assert list(fig.layout.yaxis.categoryarray) == expected
     assert fig.layout.yaxis.autorange == "reversed"  # first stop at the top
     assert len(expected) == 2 + 20 + 4
-    shown = {name for t in fig.data for name in t.y}
+    shown = {name for t in fig.data if not t.showlegend for name in t.y}
     assert shown == set(expected)
     assert not any(name.startswith("layers.0.") for name in shown)
     assert list(fig.layout.yaxis.ticktext)[2:5] == ["input_norm", "attn.q_proj", "attn.k_proj"]
@@ -67,14 +67,15 @@ def test_wall_time_bars_are_the_measured_times_and_a_view_is_marked():
     assert fig.layout.xaxis2.type == "log" and "ms" in fig.layout.xaxis2.title.text
 
 
-def test_each_kind_has_its_colour_and_one_legend_entry():
+def test_each_row_has_its_kinds_colour_and_each_kind_one_legend_entry():
     fig = journey_figure(PREFILL, DECODE, 0)
-    for trace in fig.data:
-        if trace.type == "bar":
-            assert trace.marker.color == kind_colour(trace.name)
-            assert all(PREFILL.op(name).kind == trace.name for name in trace.y)
-    legend = [t.name for t in fig.data if t.showlegend]
-    assert sorted(legend) == sorted({op.kind for op in PREFILL.ops})
+    for axis, step in (("x", PREFILL), ("x2", PREFILL), ("x3", DECODE), ("x4", DECODE)):
+        (bars,) = [t for t in traces_on(fig, axis) if t.type == "bar" and t.y]
+        assert list(bars.marker.color) == [kind_colour(step.op(name).kind) for name in bars.y]
+    assert "tokenize" not in traces_on(fig, "x4")[0].y  # the decode step has no tokenize: no bar
+    legend = [t for t in fig.data if t.showlegend]
+    assert sorted(t.name for t in legend) == sorted({op.kind for op in PREFILL.ops})
+    assert all(t.marker.color == kind_colour(t.name) and t.y == (None,) for t in legend)
 
 
 def test_hover_gives_formula_symbols_numbers_and_weight_shape():

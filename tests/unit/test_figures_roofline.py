@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -156,3 +158,20 @@ def test_a_machine_without_a_rate_for_the_traces_dtype_raises():
                          dense_flops_per_s={"bf16": 1e14})
     with pytest.raises(ConfigError, match="fp32"):
         roofline_figure(LLAMA, make_trace(LLAMA, "prefill"), None, bf16_only, 0)
+
+
+def test_memoised_costs_follow_new_wall_times_and_another_machine():
+    prefill, decode = make_trace(LLAMA, "prefill"), make_trace(LLAMA, "decode")
+    first = roofline_figure(LLAMA, prefill, decode, H100, 3, measured=True)
+    slower = dataclasses.replace(decode, ops=[dataclasses.replace(op, wall_ms=op.wall_ms and op.wall_ms * 2)
+                                              for op in decode.ops])
+    second = roofline_figure(LLAMA, prefill, slower, H100, 3, measured=True)
+    np.testing.assert_allclose(trace(second, "decode measured").y, trace(first, "decode measured").y / 2, rtol=1e-6)
+    np.testing.assert_array_equal(trace(second, "prefill measured").y, trace(first, "prefill measured").y)
+    a100 = get_hardware("a100-80gb")
+    other = roofline_figure(LLAMA, prefill, decode, a100, 3)
+    costs = expected_costs(LLAMA, Step.decode(DECODE_CONTEXT))
+    peak = a100.peak_flops_per_s("fp32")[0]
+    attainable = [min(peak, c.arithmetic_intensity * a100.memory_bandwidth_bytes_per_s) for c in costs]
+    scale = 1e12 if peak >= 1e12 else 1e9
+    np.testing.assert_allclose(trace(other, "decode analytic").y, np.array(attainable) / scale, rtol=1e-6)

@@ -1,0 +1,63 @@
+"""The app's command line: load the model, build the app, serve it (`python app.py`, `space/app.py`)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The launcher's options."""
+    parser = argparse.ArgumentParser(description="Start the LLM Inference Explorer in the browser.")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
+    source.add_argument("--config", help="shape-only: a preset name or a config.json path")
+    parser.add_argument("--device", default="auto", help="auto (CUDA, then Apple MPS, then CPU), cpu, cuda[:N] or mps")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+                        help="auto: bfloat16 on CUDA (float16 where it lacks bfloat16), float32 on CPU and MPS")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                        help="address to serve on (default: $GRADIO_SERVER_NAME or 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+                        help="port (default: $GRADIO_SERVER_PORT or 7860)")
+    parser.add_argument("--hosted", action="store_true", default=None,
+                        help="hosted mode: allow-listed models only, shorter prompts and runs, bounded queue "
+                             "(on by itself where $SPACE_ID is set, as on Hugging Face Spaces)")
+    parser.add_argument("--max-prompt-tokens", type=int, help="longest prompt the app accepts (default 2048; "
+                        "hosted 512)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse `argv` (default: the command line), load the model and serve the app until interrupted.
+
+    Exits with a one-line "error: ..." message when the model cannot be loaded or the port is taken.
+    """
+    args = parser().parse_args(argv)
+
+    from explorer.errors import ExplorerError
+    from explorer.runner.devices import pick_device
+    from explorer.runner.loading import load
+    from explorer.ui.hosting import limits_for
+    from explorer.ui.layout import build_demo, launch_options
+
+    limits = limits_for(args.hosted)
+    if args.max_prompt_tokens is not None:
+        if args.max_prompt_tokens < 1:
+            sys.exit("error: --max-prompt-tokens must be at least 1")
+        limits = dataclasses.replace(limits, max_prompt_tokens=args.max_prompt_tokens)
+
+    try:
+        device = pick_device(args.device)
+        loaded = load(model=args.model, config=args.config, device=device, dtype=args.dtype,
+                      progress=lambda message: print(message, file=sys.stderr))
+    except ExplorerError as exc:
+        sys.exit(f"error: {exc}")
+    try:
+        demo = build_demo(loaded, device=device, limits=limits)
+        demo.launch(server_name=args.host, server_port=args.port, **launch_options())
+    except OSError as exc:
+        sys.exit(f"error: cannot serve on {args.host}:{args.port} ({exc}). Pick another port with --port.")

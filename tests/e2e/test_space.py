@@ -1,0 +1,70 @@
+"""space/app.py started the way a Space starts it (its own folder, SPACE_ID, Gradio's host and port
+variables), then driven in headless Chromium: it serves the embedded model in hosted mode."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.real_model
+
+SPACE = Path(__file__).resolve().parents[2] / "space"
+START_TIMEOUT_S = 120
+TIMEOUT_MS = 60_000
+
+
+def _wait_until_served(url: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"space/app.py exited with {process.returncode}: {process.stdout.read()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"space/app.py did not serve {url} within {START_TIMEOUT_S} s")
+
+
+@pytest.fixture(scope="module")
+def space_url(embedded_cache_dir):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "SPACE_ID": "local/llm-inference-explorer", "GRADIO_SERVER_NAME": "127.0.0.1",
+           "GRADIO_SERVER_PORT": str(port), "EXPLORER_CACHE_DIR": str(embedded_cache_dir),
+           "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    process = subprocess.Popen([sys.executable, "app.py"], cwd=SPACE, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        _wait_until_served(url, process)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_the_space_serves_the_embedded_model_in_hosted_mode(browser, space_url):
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(space_url)
+    page.locator("#prefill-btn").click()
+    expect(page.locator("#status")).to_contain_text("prefill", timeout=TIMEOUT_MS)
+    page.locator("#decode-btn").click()
+    expect(page.locator("#status")).to_contain_text("step 1: 1 token(s) in")
+    page.locator("#custom-model textarea").fill("../../etc")
+    page.locator("#prefill-btn").click()
+    expect(page.get_by_test_id("toast-body").last).to_contain_text("This hosted explorer loads only Qwen/Qwen3-0.6B")
+    expect(page.locator("#status")).to_contain_text("step 1: 1 token(s) in")  # the session is kept
+    page.close()

@@ -1,0 +1,108 @@
+"""Lecture mode on a tiny model: runs saved as JSON and shown again with no model, shareable
+links, and deterministic replay (same seed, same tokens)."""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import parse_qsl, quote_plus
+
+import gradio as gr
+import numpy as np
+import pytest
+from tiny_models import tiny_model
+
+from explorer.ui import handlers
+from explorer.ui.hosting import LOCAL, Served
+from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
+from explorer.ui.models import ModelRegistry
+from explorer.ui.saved import FORMAT
+from explorer.ui.views import VIEWS
+
+SAMPLED = (True, 0.9, 20, 0.95, 0.0, 5, 16)
+VIEW = (0, False, "h100-sxm", "attention")
+
+
+class FakeRequest:
+    def __init__(self, session_hash="page", query=None):
+        self.session_hash, self.query_params = session_hash, query or {}
+
+
+@pytest.fixture(scope="module")
+def served():
+    return Served.create(ModelRegistry(tiny_model("llama")), LOCAL)
+
+
+def run(served, steps=2, sampling=SAMPLED, page="page"):
+    visit, *_ = handlers.ServedHandlers(served).on_prefill_click(served.registry.default_choice, "", "Hello there", 17, False, "",
+                                          *sampling, *VIEW, request=FakeRequest(page))
+    for _ in range(steps):
+        handlers.on_decode_click(visit, *sampling, *VIEW)
+    return visit
+
+
+def test_an_exported_run_shows_every_view_again_with_no_model(served):
+    live = run(served)
+    path = handlers.on_export_click(live)
+    data = json.loads(open(path, encoding="utf-8").read())
+    assert data["format"] == FORMAT and len(data["traces"]) == 3 and data["ids"] == live.session.ids
+    outputs = handlers.ServedHandlers(served).on_import_upload(path, *VIEW, request=FakeRequest("other"))
+    saved = outputs[0]
+    assert saved.session.text == live.session.text and saved.description == live.description
+    for step in range(3):
+        for view in VIEWS:
+            _, live_figure = handlers.on_tab_select(view)(live, step, 0, False, "h100-sxm")
+            _, saved_figure = handlers.on_tab_select(view)(saved, step, 0, False, "h100-sxm")
+            assert saved_figure.layout.meta == live_figure.layout.meta == {"view": view, "step": step}
+            if view in ("attention", "sampling"):
+                assert saved_figure.to_json() == live_figure.to_json()  # the same values drawn
+    np.testing.assert_array_equal(saved.trace(2).attention[0].probs, live.trace(2).attention[0].probs)
+
+
+def test_a_saved_run_cannot_take_a_step(served):
+    saved = handlers.ServedHandlers(served).on_import_upload(handlers.on_export_click(run(served, steps=0)), *VIEW)[0]
+    with pytest.raises(gr.Error, match="saved run: there is no model"):
+        handlers.on_decode_click(saved, *SAMPLED, *VIEW)
+
+
+def test_a_file_that_is_not_a_saved_run_is_an_error_message(served, tmp_path):
+    for content, message in (("not json", "Cannot read the saved run"), ('{"format": "x"}', "Not a saved run"),
+                             (json.dumps({"format": FORMAT, "traces": []}), "incomplete or damaged")):
+        path = tmp_path / "run.json"
+        path.write_text(content)
+        with pytest.raises(gr.Error, match=message):
+            handlers.ServedHandlers(served).on_import_upload(str(path), *VIEW)
+
+
+def test_same_seed_same_tokens_other_seed_other_tokens(served):
+    first, again = run(served, steps=6, page="a"), run(served, steps=6, page="b")
+    other = run(served, steps=6, sampling=(*SAMPLED[:5], 6, 16), page="c")
+    assert first.session.ids == again.session.ids
+    assert first.session.ids != other.session.ids
+
+
+def test_a_link_round_trips_the_settings():
+    values = {"prompt": "Hi & bye?", "model_choice": "shape-only: qwen3-8b", "custom_model": "",
+              "use_chat_template": False, "system_prompt": "Be brief.", "do_sample": True, "temperature": 0.7,
+              "top_k": 40, "top_p": 0.9, "min_p": 0.05, "seed": 3, "max_new_tokens": 32}
+    query = query_string(values)
+    assert query.startswith("?prompt=Hi+%26+bye%3F&model=shape-only")
+    read, unreadable = values_from_query(dict(parse_qsl(query[1:])))
+    assert unreadable == [] and read == {k: v for k, v in values.items() if v != ""}
+
+
+def test_unreadable_link_values_are_named_and_ignored():
+    read, unreadable = values_from_query({"temperature": "nan", "seed": "abc", "sample": "maybe", "top_k": "5",
+                                          "evil": "x"})
+    assert read == {"top_k": 5} and sorted(unreadable) == ["sample", "seed", "temperature"]
+
+
+def test_share_and_load_fill_the_controls(served):
+    link = handlers.on_share_click("Hi", served.registry.default_choice, "", True, "", True, 0.7, 40, 0.9, 0.0, 3, 32)
+    assert link.startswith("?prompt=Hi&model=" + quote_plus(served.registry.default_choice) + "&chat=1&sample=1")
+    assert "temperature=0.7" in link and "custom_model" not in link
+    query = {"prompt": "Bonjour", "temperature": "1.3", "model": "../../etc"}
+    with pytest.warns(UserWarning, match="model could not be used"):
+        filled = handlers.ServedHandlers(served).on_page_load(FakeRequest(query=query))
+    values = dict(zip(LINK_FIELDS, filled, strict=True))
+    assert values["prompt"] == "Bonjour" and values["temperature"] == 1.3
+    assert values["model_choice"] == gr.skip() and values["seed"] == gr.skip()

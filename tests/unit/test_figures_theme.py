@@ -1,0 +1,54 @@
+"""The shared figure helpers: subplot grids from a cache, the trimmed template, the meta marker."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+from explorer.figures.theme import TEMPLATE, axis_key, base_layout, empty_figure, set_layout, subplot_grid
+
+
+def test_a_grid_matches_make_subplots_and_each_call_gets_its_own_copy():
+    specs = [[{"colspan": 2}, None], [{}, {}]]
+    layout, cells = subplot_grid(["top", "", "right"], rows=2, cols=2, specs=specs, vertical_spacing=0.2)
+    assert cells == {(1, 1): {"xaxis": "x", "yaxis": "y"}, (2, 1): {"xaxis": "x2", "yaxis": "y2"},
+                     (2, 2): {"xaxis": "x3", "yaxis": "y3"}}
+    assert [a["text"] for a in layout["annotations"]] == ["top", "right"]  # "" leaves a panel untitled
+    assert layout["xaxis3"]["domain"] == [0.55, 1.0] and layout["yaxis"]["domain"] == pytest.approx([0.6, 1.0])
+    layout["xaxis"]["domain"] = [0.3, 0.4]
+    again, _ = subplot_grid(["a", "b", "c"], rows=2, cols=2, specs=specs, vertical_spacing=0.2)
+    assert again["xaxis"]["domain"] == [0.0, 1.0]
+    assert [a["text"] for a in again["annotations"]] == ["a", "b", "c"]
+
+
+def test_shared_axes_are_linked():
+    layout, cells = subplot_grid(["a", "b"], rows=1, cols=2, shared_yaxes=True)
+    assert layout[axis_key(cells[1, 2]["yaxis"])]["matches"] == "y"
+    assert axis_key("x2") == "xaxis2" and axis_key("y") == "yaxis"
+
+
+def test_base_layout_replaces_the_default_template_with_the_trimmed_white_one():
+    fig = base_layout(go.Figure(data=[{"type": "bar", "x": [1], "y": [2]}]), "journey", 3, "title", height=400)
+    white = pio.templates["plotly_white"]
+    assert fig.layout.template.layout.plot_bgcolor == white.layout.plot_bgcolor == "white"
+    assert fig.layout.template.layout.xaxis.gridcolor == white.layout.xaxis.gridcolor
+    assert fig.layout.template.data.bar == white.data.bar
+    template = fig.layout.template.to_plotly_json()
+    assert "pie" not in template["data"] and "polar" not in template["layout"]  # trimmed
+    assert set(TEMPLATE["data"]) == {"bar", "scatter", "heatmap"}
+    assert fig.layout.meta == {"view": "journey", "step": 3}
+    assert (fig.layout.title.text, fig.layout.height, fig.layout.margin.l) == ("title", 400, 60)
+    assert len(fig.to_json()) < 2_500
+
+
+def test_set_layout_replaces_rather_than_merges():
+    fig = set_layout(go.Figure(layout={"margin": {"l": 10, "t": 5}}), margin={"l": 99})
+    assert (fig.layout.margin.l, fig.layout.margin.t) == (99, None)
+
+
+def test_empty_figure_carries_its_message_and_meta():
+    fig = empty_figure("sampling", "Run a prefill first")
+    assert fig.layout.annotations[0].text == "Run a prefill first"
+    assert fig.layout.meta == {"view": "sampling", "step": None}
+    assert not fig.data and fig.layout.xaxis.visible is False
