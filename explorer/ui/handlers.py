@@ -78,7 +78,8 @@ class ServedHandlers:
     @shows_errors
     def on_prefill_click(self, model_choice: str, custom_model: str, prompt: str,
                          prompt_tokens: float | None, use_chat_template: bool, system_prompt: str, *controls,
-                         request: gr.Request | None = None):
+                         request: gr.Request | None = None,
+                         progress=gr.Progress()):  # noqa: B008 (Gradio finds its tracker by this default)
         """Start a new session on the chosen model: run the prefill of `prompt` (or, for a shape-only
         model without a tokenizer, of `prompt_tokens` placeholder tokens). Returns the step outputs."""
         sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
@@ -87,6 +88,7 @@ class ServedHandlers:
         session = InferenceSession(loaded, settings, max_prompt_tokens=self.served.limits.max_prompt_tokens,
                                    limit_advice=self.served.limit_advice())
         self.served.live.check_room(_page(request))
+        progress(0.0, desc=f"Prefill on {loaded.name}: the whole prompt in one forward pass")
         if loaded.tokenizer is None:
             # an empty box (0): "needs at least one token"
             session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62))
@@ -169,12 +171,12 @@ def on_share_click(*values) -> str:
 
 @shows_errors
 def on_view_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-                   shown: str, presenter: bool = False):
+                   shown: str, presenter: bool = False, zoom: float | None = None):
     """Redraw the view on screen for other view controls (the model runs only to recompute attention
     the session gave up to stay within its memory budget)."""
     if visit is None:
         return tuple(gr.skip() for _ in VIEWS)
-    return _views(visit, _options(visit, step, layer, average_heads, hardware, presenter), shown)
+    return _views(visit, _options(visit, step, layer, average_heads, hardware, presenter, zoom), shown)
 
 
 def on_tab_select(view: str):
@@ -182,10 +184,10 @@ def on_tab_select(view: str):
 
     @shows_errors
     def select(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-               presenter: bool = False):
+               presenter: bool = False, zoom: float | None = None):
         if visit is None:
             return view, gr.skip()
-        return view, render(visit, _options(visit, step, layer, average_heads, hardware, presenter), view)
+        return view, render(visit, _options(visit, step, layer, average_heads, hardware, presenter, zoom), view)
 
     return select
 
@@ -213,14 +215,14 @@ def on_sampling_change(visit: Visit | None, step: int | None, *controls):
 
 
 def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str,
-                 presenter: bool = False) -> tuple:
+                 presenter: bool = False, zoom: float | None = None) -> tuple:
     """After a step: (visit, status, token strip, text, step menu, layer slider, *five views), the
     latest step shown, the view `shown` drawn and the others left as they are."""
     traces = visit.traces
     latest = len(traces) - 1
     n_layers = len(traces[0].kv)
     layer = _index(layer, 0, n_layers - 1)
-    options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter))
+    options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom))
     next_piece = visit.piece(traces[-1].sampling.token_id) if traces[-1].sampling else None
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
     return (visit, status_text(visit), token_strip_html(traces, latest, next_piece), visit.session.text, steps,
@@ -280,8 +282,13 @@ def _session(visit: Visit | None) -> InferenceSession:
 
 
 def _options(visit: Visit, step: int | None, layer: int, average_heads: bool, hardware: str,
-             presenter: bool = False) -> ViewOptions:
+             presenter: bool = False, zoom: float | None = None) -> ViewOptions:
     latest = len(visit.traces) - 1
     step = _index(step, latest, latest)
     layer = _index(layer, 0, len(visit.traces[0].kv) - 1)
-    return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter))
+    return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom))
+
+
+def _zoom(value: float | None) -> int | None:
+    """The attention zoom box as a first token; None (the whole matrix) for an empty box, NaN or infinity."""
+    return None if value is None or not math.isfinite(value) else max(0, int(value))

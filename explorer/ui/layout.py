@@ -21,7 +21,7 @@ from explorer.ui import handlers
 from explorer.ui.handlers import ServedHandlers
 from explorer.ui.hosting import LOCAL, Limits, Served
 from explorer.ui.models import ModelRegistry
-from explorer.ui.views import VIEWS
+from explorer.ui.views import VIEWS, ZOOM_TOKENS
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MODEL_QUEUE = "model"  # every event that may run the model shares one queue
@@ -33,8 +33,9 @@ VIEW_TITLES = {"journey": "Journey", "attention": "Attention", "kv_cache": "KV c
 PLOT_IDS = {"journey": "journey-plot", "attention": "attention-plot", "kv_cache": "kv-plot",
             "sampling": "sampling-plot", "roofline": "roofline-plot"}
 SHORTCUTS = "Keys (outside text fields): **N** next token · **P** prefill · **R** reset · **1-5** switch views"
-# The page's own text follows presenter mode at once (the figures are redrawn on the server).
-PRESENTER_JS = "(...values) => { document.body.classList.toggle('presenter', values[values.length - 1]); return values; }"
+# The page's own text follows presenter mode at once (the figures are redrawn on the server); the
+# presenter flag is the second-to-last input of a view change (then the zoom).
+PRESENTER_JS = "(...values) => { document.body.classList.toggle('presenter', values[values.length - 2]); return values; }"
 
 
 def examples() -> list[dict]:
@@ -92,6 +93,8 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
             machine = THIS_MACHINE if loaded.shape_only else roofline_hardware_key(loaded.device)
             c["hardware"] = gr.Dropdown(hardware_names(), value=machine, label="Roofline hardware",
                                         elem_id="hardware-select")
+            c["zoom"] = gr.Number(None, label=f"Attention: zoom to {ZOOM_TOKENS} tokens from (empty: all)",
+                                  precision=0, minimum=0, elem_id="attention-zoom")
             c["presenter"] = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
         c["tabs"], c["plots"] = _view_tabs()
         app = ServedHandlers(served)
@@ -163,7 +166,7 @@ def _step_outputs(c: dict) -> list:
 
 
 def _view_controls(c: dict) -> list:
-    return [c["layer"], c["average"], c["hardware"], c["shown"], c["presenter"]]
+    return [c["layer"], c["average"], c["hardware"], c["shown"], c["presenter"], c["zoom"]]
 
 
 def _wire_steps(c: dict, app: ServedHandlers) -> None:
@@ -199,13 +202,12 @@ def _wire_views(c: dict) -> None:
     the model queue)."""
     plots = c["plots"]
     view_inputs = [c["visit"], c["step"], c["layer"], c["average"], c["hardware"]]
-    for control in (c["step"], c["layer"], c["average"]):
-        control.input(handlers.on_view_change, [*view_inputs, c["shown"], c["presenter"]], plots,
-                      concurrency_id=MODEL_QUEUE)
-    c["presenter"].change(handlers.on_view_change, [*view_inputs, c["shown"], c["presenter"]], plots,
-                          js=PRESENTER_JS, concurrency_id=MODEL_QUEUE)
+    change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"]]
+    for control in (c["step"], c["layer"], c["average"], c["zoom"]):
+        control.input(handlers.on_view_change, change_inputs, plots, concurrency_id=MODEL_QUEUE)
+    c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, concurrency_id=MODEL_QUEUE)
     for view, tab, plot in zip(VIEWS, c["tabs"], plots, strict=True):
-        tab.select(handlers.on_tab_select(view), [*view_inputs, c["presenter"]], [c["shown"], plot],
+        tab.select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"]], [c["shown"], plot],
                    concurrency_id=MODEL_QUEUE)
     c["hardware"].input(handlers.on_hardware_change, [c["visit"], c["step"], c["hardware"], c["presenter"]],
                         plots[-1])

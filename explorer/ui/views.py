@@ -8,8 +8,9 @@ within its memory budget (`InferenceSession.attention_probs`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import plotly.graph_objects as go
 
 from explorer.analysis.hardware import get_hardware
@@ -30,6 +31,10 @@ from explorer.ui.hosting import Limits
 from explorer.ui.saved import SavedSession
 
 VIEWS = ("journey", "attention", "kv_cache", "sampling", "roofline")
+# The attention window drawn at full resolution: 48^2 cells x 32 heads (Qwen3-8B) stay under ~400 KB.
+ZOOM_TOKENS = 48
+# A recomputed prefill attention block the visit keeps (float32; SmolLM2 up to about 1,400 prompt tokens).
+PREFILL_ATTENTION_CACHE_BYTES = 64 * 2**20
 NO_VALUES = "Shape-only mode: the model has no weights, so there are no {} to show (shapes and costs only)."
 
 
@@ -52,6 +57,7 @@ class Visit:
     description: str
     config: dict
     spec: ModelSpec | None = None
+    _prefill_attention: tuple[int, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         try:
@@ -72,7 +78,19 @@ class Visit:
 
     def close(self) -> None:
         """Free the session's KV cache and traces (the page closed or started over)."""
+        self._prefill_attention = None
         self.session.close()
+
+    def prefill_attention(self, layer: int) -> np.ndarray:
+        """The prefill's attention in `layer`, [h_q, T, T] float32; a block the session gave up is
+        recomputed once and kept (the most recent layer only, up to `PREFILL_ATTENTION_CACHE_BYTES`),
+        so redrawing after each decode step does not recompute it."""
+        if self._prefill_attention is not None and self._prefill_attention[0] == layer:
+            return self._prefill_attention[1]
+        probs = self.session.attention_probs(0, layer)
+        if self.traces[0].attention[layer].probs is None and probs.nbytes <= PREFILL_ATTENTION_CACHE_BYTES:
+            self._prefill_attention = (layer, probs)
+        return probs
 
     @property
     def traces(self) -> list[StepTrace]:
@@ -103,6 +121,8 @@ class ViewOptions:
         average_heads: draw the mean over query heads instead of one panel per head.
         hardware: the roofline's machine: a catalogue key or "this-machine".
         presenter: larger text and stronger contrast, for a projector.
+        zoom: first token of a `ZOOM_TOKENS`-token window of the attention matrix drawn at full
+            resolution; None draws the whole matrix (pooled when it is long).
     """
 
     step: int
@@ -110,6 +130,7 @@ class ViewOptions:
     average_heads: bool
     hardware: str
     presenter: bool = False
+    zoom: int | None = None
 
 
 def render(visit: Visit, options: ViewOptions, view: str, preview: SamplingSettings | None = None) -> go.Figure:
@@ -126,15 +147,23 @@ def journey_view(visit: Visit, options: ViewOptions) -> go.Figure:
 
 
 def attention_view(visit: Visit, options: ViewOptions) -> go.Figure:
-    """The layer's causal attention up to the shown step: the prefill triangle plus a row per step."""
+    """The layer's causal attention up to the shown step: the prefill triangle plus a row per step;
+    with `options.zoom`, a `ZOOM_TOKENS`-token window of it at full resolution."""
     trace = visit.trace(options.step)
     if trace.shape_only:
         return empty_figure("attention", NO_VALUES.format("attention probabilities"))
-    blocks = [visit.session.attention_probs(step, options.layer) for step in range(trace.step_index + 1)]
-    probs = stack_attention(blocks)
+    blocks = [visit.prefill_attention(options.layer)]
+    blocks += [visit.session.attention_probs(step, options.layer) for step in range(1, trace.step_index + 1)]
+    probs, pieces = stack_attention(blocks), visit.pieces_until(trace.step_index)
+    new_rows = min(trace.step_index, 1)
+    if options.zoom is not None:
+        start = max(0, min(options.zoom, len(pieces) - ZOOM_TOKENS))
+        stop = start + ZOOM_TOKENS
+        probs, new_rows = probs[:, start:stop, start:stop], new_rows if stop >= len(pieces) else 0
+        pieces = pieces[start:stop]
     n_kv_heads = trace.kv[options.layer].key_shape[1]
-    return attention_figure(probs, visit.pieces_until(trace.step_index), n_kv_heads, options.layer,
-                            trace.step_index, new_rows=min(trace.step_index, 1), average=options.average_heads)
+    return attention_figure(probs, pieces, n_kv_heads, options.layer, trace.step_index, new_rows=new_rows,
+                            average=options.average_heads, full_resolution=options.zoom is not None)
 
 
 def kv_cache_view(visit: Visit, options: ViewOptions) -> go.Figure:

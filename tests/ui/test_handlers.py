@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gradio as gr
+import numpy as np
 import pytest
 from tiny_models import tiny_model
 
@@ -201,3 +202,19 @@ def test_reset_forgets_the_session(served):
     assert visit.traces == [] and len(served.live) == 0  # its memory is freed
     assert state is None and status == strip == text == "" and steps["choices"] == []
     assert [meta(f) for f in figures] == [{"view": v, "step": None} for v in VIEWS]
+
+
+def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
+    served = Served.create(ModelRegistry(model), LOCAL)
+    visit, *_ = prefill(served, prompt="x" * 90)
+    handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    n = len(visit.session.ids) - 1  # the tokens fed so far
+    full = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, None)[1]
+    zoomed = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, 10)[1]
+    last = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, 10_000)[1]
+    heatmap = next(t for t in zoomed.data if t.type == "heatmap")
+    assert heatmap.z.shape == (48, 48) and next(t for t in full.data if t.type == "heatmap").z.shape[0] < n
+    expected = visit.session.attention_probs(0, 1)[0, 10:58, 10:58]  # head 0, prefill rows and keys 10..57
+    np.testing.assert_allclose(heatmap.z, np.where(np.tril(np.ones((48, 48))) > 0, expected, np.nan), atol=1e-6)
+    assert zoomed.layout.shapes == () and len(last.layout.shapes) == 6  # the newest row is outlined at the end
+    assert next(t for t in last.data if t.type == "heatmap").z.shape == (48, 48)
