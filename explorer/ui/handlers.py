@@ -69,17 +69,16 @@ class ServedHandlers:
     """The handlers that need the app's models, limits and live sessions.
 
     Bound methods, not `functools.partial`s: Gradio passes `gr.Request` (the page's session hash)
-    only to a callable whose type hints it can read, and a partial hides them.
+    only to a callable whose type hints it can read (a partial hides them), and only in a positional
+    parameter before any `*controls`.
     """
 
     def __init__(self, served: Served) -> None:
         self.served = served
 
     @shows_errors
-    def on_prefill_click(self, model_choice: str, custom_model: str, prompt: str,
-                         prompt_tokens: float | None, use_chat_template: bool, system_prompt: str, *controls,
-                         request: gr.Request | None = None,
-                         progress=gr.Progress()):  # noqa: B008 (Gradio finds its tracker by this default)
+    def on_prefill_click(self, request: gr.Request | None, model_choice: str, custom_model: str, prompt: str,
+                         prompt_tokens: float | None, use_chat_template: bool, system_prompt: str, *controls):
         """Start a new session on the chosen model: run the prefill of `prompt` (or, for a shape-only
         model without a tokenizer, of `prompt_tokens` placeholder tokens). Returns the step outputs."""
         sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
@@ -88,7 +87,6 @@ class ServedHandlers:
         session = InferenceSession(loaded, settings, max_prompt_tokens=self.served.limits.max_prompt_tokens,
                                    limit_advice=self.served.limit_advice())
         self.served.live.check_room(_page(request))
-        progress(0.0, desc=f"Prefill on {loaded.name}: the whole prompt in one forward pass")
         if loaded.tokenizer is None:
             # an empty box (0): "needs at least one token"
             session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62))
@@ -105,7 +103,7 @@ class ServedHandlers:
         return None, "", "", "", gr.update(choices=[], value=None), gr.skip(), *empty
 
     @shows_errors
-    def on_import_upload(self, path: str | None, *view_controls, request: gr.Request | None = None):
+    def on_import_upload(self, request: gr.Request | None, path: str | None, *view_controls):
         """Show a saved run (no model needed): every view, every step. Returns the step outputs."""
         if not path:
             return tuple(gr.skip() for _ in range(STEP_OUTPUTS))
@@ -127,6 +125,20 @@ class ServedHandlers:
     def on_page_close(self, request: gr.Request | None = None) -> None:
         """Free the session of a page that closed."""
         self.served.live.release(_page(request))
+
+    def expiry_callback(self):
+        """A `gr.State` delete callback that frees the session of a page idle past its time to live.
+
+        A plain function: Gradio deep-copies a component's arguments on every page load, and a
+        bound method would drag the app, and the model with it, into that copy.
+        """
+        live = self.served.live
+
+        def on_state_expired(visit: Visit | None) -> None:
+            if visit is not None:
+                live.forget(visit)
+
+        return on_state_expired
 
 
 @shows_errors

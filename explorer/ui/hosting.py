@@ -96,6 +96,14 @@ class LiveSessions:
         if previous is not None and previous is not visit:
             previous.close()
 
+    def forget(self, visit: Closable) -> None:
+        """Free `visit` wherever it is held (its page's state expired); a visit not held is ignored."""
+        with self._lock:
+            pages = [page for page, held in self._visits.items() if held is visit]
+            for page in pages:
+                del self._visits[page]
+        visit.close()
+
     def release(self, session_hash: str) -> None:
         """Free the page's session (its page closed or it pressed Reset); unknown hashes are ignored."""
         with self._lock:

@@ -58,6 +58,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"error: {exc}")
     try:
         demo = build_demo(loaded, device=device, limits=limits)
-        demo.launch(server_name=args.host, server_port=args.port, **launch_options())
+        demo.launch(server_name=args.host, server_port=args.port, **launch_options(limits))
     except OSError as exc:
         sys.exit(f"error: cannot serve on {args.host}:{args.port} ({exc}). Pick another port with --port.")

@@ -43,23 +43,25 @@ def examples() -> list[dict]:
     return json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
 
 
-def launch_options() -> dict:
+def launch_options(limits: Limits = LOCAL) -> dict:
     """Keyword arguments for `Blocks.launch`: the stylesheet, the keyboard shortcuts, no SSR (Node
-    24+ would be needed) and no run history kept in the browser."""
+    24+ would be needed), no run history kept in the browser, and Gradio's own per-page records
+    bounded (about 0.5 MB each; it keeps 10,000 by default)."""
     return {"css": (ASSETS / "app.css").read_text(encoding="utf-8"),
             "head": (ASSETS / "shortcuts.js").read_text(encoding="utf-8"),
-            "ssr_mode": False, "run_history": False}
+            "ssr_mode": False, "run_history": False, "state_session_capacity": 10 * limits.max_sessions}
 
 
 def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL) -> gr.Blocks:
     """The Gradio app; `loaded` is the start-up model, shared read-only by every visitor, other
     models picked in the app are loaded on `device`, and `limits` bound what a visitor may ask."""
     served = Served.create(ModelRegistry(loaded, device, limits.allowed_models), limits)
+    app = ServedHandlers(served)
     c: dict = {}  # the components, by role, for the wiring below
     with gr.Blocks(title="LLM Inference Explorer") as demo:
         gr.Markdown("# LLM Inference Explorer\nType a prompt, run the **prefill**, then one **decode** step "
                     "at a time, and see what the model computes.")
-        c["visit"] = gr.State(None, time_to_live=SESSION_TTL_S)
+        c["visit"] = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=app.expiry_callback())
         c["shown"] = gr.State(VIEWS[0])  # the view whose tab is selected: the only one drawn per step
         c["prompt"] = _prompt_controls(served.registry, loaded)
         c["sampling"] = _sampling_controls(limits)
@@ -97,7 +99,6 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
                                   precision=0, minimum=0, elem_id="attention-zoom")
             c["presenter"] = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
         c["tabs"], c["plots"] = _view_tabs()
-        app = ServedHandlers(served)
         _wire_steps(c, app)
         _wire_lecture(c, app, demo)
         _wire_views(c)
@@ -190,7 +191,7 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
     link_controls = [prompt[2], prompt[0], prompt[1], prompt[4], prompt[5], *c["sampling"]]  # LINK_FIELDS order
     c["share_btn"].click(handlers.on_share_click, link_controls, c["share_box"]).then(
         None, c["share_box"], c["share_box"], js="(query) => window.location.origin + window.location.pathname + query")
-    demo.load(app.on_page_load, None, link_controls)
+    demo.load(app.on_page_load, None, link_controls, api_visibility="private")
     demo.unload(app.on_page_close)
     c["export_btn"].click(handlers.on_export_click, c["visit"], c["export_file"])
     c["import_file"].upload(app.on_import_upload,

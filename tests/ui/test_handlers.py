@@ -30,8 +30,8 @@ def served(model):
 
 def prefill(served, prompt="Hi there!", sampling=GREEDY, choice=None, prompt_tokens=17, custom="", page=None):
     request = type("Request", (), {"session_hash": page})() if page else None
-    return handlers.ServedHandlers(served).on_prefill_click(choice or served.registry.default_choice, custom, prompt, prompt_tokens,
-                                     False, "", *sampling, *VIEW, request=request)
+    return handlers.ServedHandlers(served).on_prefill_click(request, choice or served.registry.default_choice, custom, prompt, prompt_tokens,
+                                     False, "", *sampling, *VIEW)
 
 
 def meta(figure) -> dict:
@@ -174,8 +174,10 @@ def test_sessions_are_capped_and_a_closed_page_frees_its_session(model):
     assert first.traces == [] and len(again.traces) == 1 and len(served.live) == 2
     handlers.ServedHandlers(served).on_page_close(type("Request", (), {"session_hash": "b"})())
     assert len(served.live) == 1
-    prefill(served, page="c")
+    third, *_ = prefill(served, page="c")
     assert len(served.live) == 2
+    handlers.ServedHandlers(served).expiry_callback()(third)  # page c idle past the time to live
+    assert len(served.live) == 1 and third.traces == []
 
 
 def test_a_shape_only_model_takes_a_token_count_and_has_no_values(served):

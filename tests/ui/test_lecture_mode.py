@@ -33,8 +33,8 @@ def served():
 
 
 def run(served, steps=2, sampling=SAMPLED, page="page"):
-    visit, *_ = handlers.ServedHandlers(served).on_prefill_click(served.registry.default_choice, "", "Hello there", 17, False, "",
-                                          *sampling, *VIEW, request=FakeRequest(page))
+    visit, *_ = handlers.ServedHandlers(served).on_prefill_click(FakeRequest(page), served.registry.default_choice, "", "Hello there", 17, False, "",
+                                          *sampling, *VIEW)
     for _ in range(steps):
         handlers.on_decode_click(visit, *sampling, *VIEW)
     return visit
@@ -45,7 +45,7 @@ def test_an_exported_run_shows_every_view_again_with_no_model(served):
     path = handlers.on_export_click(live)
     data = json.loads(open(path, encoding="utf-8").read())
     assert data["format"] == FORMAT and len(data["traces"]) == 3 and data["ids"] == live.session.ids
-    outputs = handlers.ServedHandlers(served).on_import_upload(path, *VIEW, request=FakeRequest("other"))
+    outputs = handlers.ServedHandlers(served).on_import_upload(FakeRequest("other"), path, *VIEW)
     saved = outputs[0]
     assert saved.session.text == live.session.text and saved.description == live.description
     for step in range(3):
@@ -59,7 +59,7 @@ def test_an_exported_run_shows_every_view_again_with_no_model(served):
 
 
 def test_a_saved_run_cannot_take_a_step(served):
-    saved = handlers.ServedHandlers(served).on_import_upload(handlers.on_export_click(run(served, steps=0)), *VIEW)[0]
+    saved = handlers.ServedHandlers(served).on_import_upload(None, handlers.on_export_click(run(served, steps=0)), *VIEW)[0]
     with pytest.raises(gr.Error, match="saved run: there is no model"):
         handlers.on_decode_click(saved, *SAMPLED, *VIEW)
 
@@ -70,7 +70,7 @@ def test_a_file_that_is_not_a_saved_run_is_an_error_message(served, tmp_path):
         path = tmp_path / "run.json"
         path.write_text(content)
         with pytest.raises(gr.Error, match=message):
-            handlers.ServedHandlers(served).on_import_upload(str(path), *VIEW)
+            handlers.ServedHandlers(served).on_import_upload(None, str(path), *VIEW)
 
 
 def test_same_seed_same_tokens_other_seed_other_tokens(served):
