@@ -151,8 +151,12 @@ def test_a_second_page_has_its_own_session(browser, app_url, page):
     other.goto(app_url)
     other.locator("#decode-btn").click()
     expect(other.get_by_test_id("toast-body").first).to_contain_text("Run the prefill first", timeout=TIMEOUT_MS)
-    assert "step 4" in status(page)
-    other.close()
+    other.locator("#prompt-box textarea").fill("Name a colour.")
+    other.locator("#prefill-btn").click()
+    expect(other.locator("#status")).to_contain_text("prefill", timeout=TIMEOUT_MS)
+    other.close()  # its page closes: only its own session is freed
+    page.locator("#decode-btn").click()
+    expect(page.locator("#status")).to_contain_text("step 5: 1 token(s) in")  # the first page's session lives on
 
 
 def test_errors_are_messages_that_keep_the_view(page):
@@ -163,7 +167,7 @@ def test_errors_are_messages_that_keep_the_view(page):
     page.locator("#prefill-btn").click()
     expect(page.get_by_test_id("toast-body").last).to_contain_text("The prompt is empty", timeout=TIMEOUT_MS)
     assert before in status(page)  # the status line gains an "Error" mark and keeps its text
-    expect(page.locator("#token-strip .tok.generated")).to_have_count(4)
+    expect(page.locator("#token-strip .tok.generated")).to_have_count(5)
 
 
 
@@ -171,7 +175,7 @@ def test_errors_are_messages_that_keep_the_view(page):
 def test_presenter_mode_enlarges_the_page_and_the_figures(page):
     page.locator("#presenter-mode input").check()
     page.wait_for_function("() => document.body.classList.contains('presenter')")
-    show(page, "journey", 1)  # the step the previous test went back to
+    show(page, "journey", 5)
     page.wait_for_function("() => document.querySelector('#journey-plot .js-plotly-plot').layout.font.size === 20")
     page.screenshot(path=str(ARTIFACTS / "presenter.png"), full_page=True)
     page.locator("#presenter-mode input").uncheck()
