@@ -183,7 +183,7 @@ def on_share_click(*values) -> str:
 
 @shows_errors
 def on_view_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-                   shown: str, presenter: bool = False, zoom: float | None = None):
+                   shown: str, presenter: bool = False, zoom: str | None = None):
     """Redraw the view on screen for other view controls (the model runs only to recompute attention
     the session gave up to stay within its memory budget)."""
     if visit is None:
@@ -196,7 +196,7 @@ def on_tab_select(view: str):
 
     @shows_errors
     def select(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-               presenter: bool = False, zoom: float | None = None):
+               presenter: bool = False, zoom: str | None = None):
         if visit is None:
             return view, gr.skip()
         return view, render(visit, _options(visit, step, layer, average_heads, hardware, presenter, zoom), view)
@@ -227,7 +227,7 @@ def on_sampling_change(visit: Visit | None, step: int | None, *controls):
 
 
 def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str,
-                 presenter: bool = False, zoom: float | None = None) -> tuple:
+                 presenter: bool = False, zoom: str | None = None) -> tuple:
     """After a step: (visit, status, token strip, text, step menu, layer slider, *five views), the
     latest step shown, the view `shown` drawn and the others left as they are."""
     traces = visit.traces
@@ -294,13 +294,17 @@ def _session(visit: Visit | None) -> InferenceSession:
 
 
 def _options(visit: Visit, step: int | None, layer: int, average_heads: bool, hardware: str,
-             presenter: bool = False, zoom: float | None = None) -> ViewOptions:
+             presenter: bool = False, zoom: str | None = None) -> ViewOptions:
     latest = len(visit.traces) - 1
     step = _index(step, latest, latest)
     layer = _index(layer, 0, len(visit.traces[0].kv) - 1)
     return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom))
 
 
-def _zoom(value: float | None) -> int | None:
-    """The attention zoom box as a first token; None (the whole matrix) for an empty box, NaN or infinity."""
-    return None if value is None or not math.isfinite(value) else max(0, int(value))
+def _zoom(value: str | float | None) -> int | None:
+    """The attention zoom box as a first token; None (the whole matrix) for an empty box or anything
+    that is not a whole number."""
+    try:
+        return max(0, int(str(value).strip()))
+    except ValueError:
+        return None

@@ -95,8 +95,8 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
             machine = THIS_MACHINE if loaded.shape_only else roofline_hardware_key(loaded.device)
             c["hardware"] = gr.Dropdown(hardware_names(), value=machine, label="Roofline hardware",
                                         elem_id="hardware-select")
-            c["zoom"] = gr.Number(None, label=f"Attention: zoom to {ZOOM_TOKENS} tokens from (empty: all)",
-                                  precision=0, minimum=0, elem_id="attention-zoom")
+            c["zoom"] = gr.Textbox("", label=f"Attention: zoom to {ZOOM_TOKENS} tokens from token", max_lines=1,
+                                   placeholder="empty: the whole matrix", elem_id="attention-zoom")
             c["presenter"] = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
         c["tabs"], c["plots"] = _view_tabs()
         _wire_steps(c, app)

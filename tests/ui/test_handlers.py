@@ -211,9 +211,12 @@ def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
     visit, *_ = prefill(served, prompt="x" * 90)
     handlers.on_decode_click(visit, *GREEDY, *VIEW)
     n = len(visit.session.ids) - 1  # the tokens fed so far
-    full = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, None)[1]
-    zoomed = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, 10)[1]
-    last = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, 10_000)[1]
+    full = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, "")[1]
+    zoomed = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, " 10 ")[1]
+    last = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, "10000")[1]
+    for text in ("ten", "1e3", "nan"):  # not a whole number: the whole matrix
+        same = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, text)[1]
+        assert same.to_json() == full.to_json()
     heatmap = next(t for t in zoomed.data if t.type == "heatmap")
     assert heatmap.z.shape == (48, 48) and next(t for t in full.data if t.type == "heatmap").z.shape[0] < n
     expected = visit.session.attention_probs(0, 1)[0, 10:58, 10:58]  # head 0, prefill rows and keys 10..57
