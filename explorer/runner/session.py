@@ -163,8 +163,11 @@ class InferenceSession:
     def attention_probs(self, step_index: int, layer: int) -> np.ndarray:
         """A layer's attention probabilities for a step, recomputed if the step did not keep them.
 
-        Recomputing runs the model over the step's whole context on a fresh cache and stops after
-        `layer`; causal masking makes the step's query rows the same as in the cached pass.
+        Recomputing feeds the step's own tokens over a copy of the keys and values cached before them
+        (layers up to `layer`) and stops after `layer`, so a decode step costs one token's pass, as
+        when it ran. Where the session's cache no longer holds that prefix (a sliding-window layer
+        keeps only its last keys), it runs the step's whole context on a fresh cache instead; causal
+        masking makes the step's query rows the same as in the cached pass.
 
         Returns:
             [h_q, q_len, kv_len] float32, rows sum to 1 (prefill [h_q, T, T], decode [h_q, 1, n]).
@@ -180,8 +183,8 @@ class InferenceSession:
         if self.loaded.shape_only:
             raise SessionStateError("Shape-only mode computes no attention values.")
         recorder = StepRecorder(stop_after_layer=layer)  # the times are not kept: no device clock
-        cache = DynamicCache(config=self.loaded.model.config)
-        ids = torch.tensor([self.ids[: trace.context_length]], device=self.loaded.device)
+        cache, start = self._cache_before(trace, layer)
+        ids = torch.tensor([self.ids[start: trace.context_length]], device=self.loaded.device)
         model = self.loaded.model
         with model_lock(model), torch.inference_mode(), tracing(model, cache, recorder, hook_modules=False):
             try:
@@ -191,6 +194,20 @@ class InferenceSession:
         recorder.finish()
         q_len, kv_len = record.shape[1:]  # a sliding-window layer sees only its last kv_len keys
         return recorder.attention[layer][:, -q_len:, -kv_len:]
+
+    def _cache_before(self, trace: StepTrace, layer: int) -> tuple[DynamicCache, int]:
+        """A new cache holding layers 0..`layer`'s keys and values of the tokens before `trace`'s, and
+        their count; an empty cache and 0 for the prefill, or where the session's cache has dropped
+        early keys (a sliding-window layer) or been closed."""
+        cache = DynamicCache(config=self.loaded.model.config)
+        start = trace.context_length - len(trace.input_ids)
+        held = self._cache.layers[: layer + 1] if self._cache is not None else []
+        now = self.traces[-1].context_length
+        if start == 0 or not held or any(c.keys is None or c.keys.shape[-2] != now for c in held):
+            return cache, 0
+        for index, cached in enumerate(held):  # update copies (torch.cat): the session's cache is untouched
+            cache.update(cached.keys[:, :, :start], cached.values[:, :, :start], index)
+        return cache, start
 
     def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> list[int]:
         if prompt_tokens is None:
