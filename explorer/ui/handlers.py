@@ -2,8 +2,9 @@
 
 A handler takes the components' values, runs the session or redraws a view, and returns the
 components' new values. Only the view on screen (its tab selected) is drawn; another view is drawn
-when its tab is selected, so a step costs one figure, not five. An `ExplorerError` becomes a `gr.Error` toast with its message; Gradio then
-leaves every output as it was, so the person's session and the figures on screen are kept.
+when its tab is selected, so a step costs one figure, not five. An `ExplorerError` becomes a
+`gr.Error` toast with its message; Gradio then leaves every output as it was, so the person's
+session and the figures on screen are kept.
 """
 
 from __future__ import annotations

@@ -35,6 +35,13 @@ PLOT_IDS = {"journey": "journey-plot", "attention": "attention-plot", "kv_cache"
 SHORTCUTS = "Keys (outside text fields): **N** next token · **P** prefill · **R** reset · **1-5** switch views"
 # The page's own text follows presenter mode at once (the figures are redrawn on the server); the
 # presenter flag is the second-to-last input of a view change (then the zoom).
+# The figure of the selected tab, saved by plotly.js in the browser (named after its layout.meta).
+SAVE_SVG_JS = """() => {
+  const figure = [...document.querySelectorAll('#views .js-plotly-plot')].find(e => e.offsetParent !== null);
+  if (!figure) return;
+  const meta = figure.layout.meta || {};
+  window.Plotly.downloadImage(figure, {format: 'svg', filename: `explorer-${meta.view}-step-${meta.step}`});
+}"""
 PRESENTER_JS = "(...values) => { document.body.classList.toggle('presenter', values[values.length - 2]); return values; }"
 
 
@@ -79,6 +86,9 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
                 c["share_btn"] = gr.Button("Share link", elem_id="share-btn", size="sm", scale=0)
                 c["share_box"] = gr.Textbox(show_label=False, placeholder="a link to this prompt, model and settings",
                                             elem_id="share-link", buttons=["copy"], scale=4)
+            with gr.Row():
+                c["svg_btn"] = gr.Button("Save the view on screen as SVG", elem_id="svg-btn", size="sm", scale=0)
+                gr.Markdown("PNG: the camera button above each figure.")
             with gr.Row():
                 c["export_btn"] = gr.Button("Export run (JSON)", elem_id="export-btn", size="sm", scale=0)
                 c["export_file"] = gr.File(label="Exported run", elem_id="export-file", interactive=False, height=120)
@@ -193,6 +203,7 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
         None, c["share_box"], c["share_box"], js="(query) => window.location.origin + window.location.pathname + query")
     demo.load(app.on_page_load, None, link_controls, api_visibility="private")
     demo.unload(app.on_page_close)
+    c["svg_btn"].click(None, js=SAVE_SVG_JS)
     c["export_btn"].click(handlers.on_export_click, c["visit"], c["export_file"])
     c["import_file"].upload(app.on_import_upload,
                             [c["import_file"], *_view_controls(c)], _step_outputs(c), concurrency_id=MODEL_QUEUE)

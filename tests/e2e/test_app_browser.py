@@ -182,6 +182,17 @@ def test_presenter_mode_enlarges_the_page_and_the_figures(page):
     page.wait_for_function("() => document.querySelector('#journey-plot .js-plotly-plot').layout.font.size === 13")
 
 
+def test_the_view_on_screen_saves_as_svg(page, tmp_path):
+    show(page, "kv_cache", 5)
+    page.locator("#lecture-tools").get_by_text("Share a link").click()
+    with page.expect_download() as download:
+        page.locator("#svg-btn").click()
+    path = tmp_path / download.value.suggested_filename
+    download.value.save_as(path)
+    assert path.name == "explorer-kv_cache-step-5.svg"
+    assert path.read_text(encoding="utf-8").startswith("<svg") and "KV cache after step 5" in path.read_text()
+
+
 def test_a_shared_link_fills_the_prompt_and_the_settings(browser, app_url):
     from playwright.sync_api import expect
 
