@@ -25,7 +25,7 @@ from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
 from explorer.ui.hosting import Limits, Served
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
-from explorer.ui.saved import load_run, save_run
+from explorer.ui.saved import SavedSession, load_run, save_run
 from explorer.ui.tokens import token_strip_html
 from explorer.ui.views import VIEWS, ViewOptions, Visit, render
 
@@ -245,7 +245,8 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
 def status_text(visit: Visit) -> str:
     """The model, then one line on the latest step: tokens in, context, wall time, chosen token."""
     trace = visit.traces[-1]
-    line = f"{visit.description}\n\n**{step_label(trace)}**: {_step_summary(trace)}"
+    source = "a saved run, shown without the model: " if isinstance(visit.session, SavedSession) else ""
+    line = f"{source}{visit.description}\n\n**{step_label(trace)}**: {_step_summary(trace)}"
     if trace.finished:
         line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."
     return line

@@ -20,6 +20,7 @@ from explorer.runner.loading import LoadedModel
 from explorer.ui import handlers
 from explorer.ui.handlers import ServedHandlers
 from explorer.ui.hosting import LOCAL, Limits, Served
+from explorer.ui.links import RANGES
 from explorer.ui.models import ModelRegistry
 from explorer.ui.views import VIEWS, ZOOM_TOKENS
 
@@ -149,14 +150,16 @@ def _sampling_controls(limits: Limits) -> list[gr.components.Component]:
     with gr.Accordion("Sampling: greedy or sample, temperature, top-k, top-p, min-p, seed", open=False):
         with gr.Row():
             sample_box = gr.Checkbox(s.do_sample, label="Sample (off: greedy)", elem_id="do-sample")
-            seed_box = gr.Number(s.seed, label="Seed", precision=0, minimum=0, elem_id="seed")
+            seed_box = gr.Number(s.seed, label="Seed", precision=0, minimum=RANGES["seed"][0],
+                                 maximum=RANGES["seed"][1], elem_id="seed")
             max_new_box = gr.Number(s.max_new_tokens, label="Max new tokens", precision=0, minimum=1,
                                     maximum=limits.max_new_tokens, elem_id="max-new-tokens")
         with gr.Row():
-            temperature = gr.Slider(0.05, 2.0, s.temperature, step=0.05, label="Temperature", elem_id="temperature")
-            top_k = gr.Slider(0, 200, s.top_k, step=1, label="Top-k", info="0: off", elem_id="top-k")
-            top_p = gr.Slider(0.01, 1.0, s.top_p, step=0.01, label="Top-p", info="1: off", elem_id="top-p")
-            min_p = gr.Slider(0.0, 1.0, s.min_p, step=0.01, label="Min-p", info="0: off", elem_id="min-p")
+            temperature = gr.Slider(*RANGES["temperature"], s.temperature, step=0.05, label="Temperature",
+                                    elem_id="temperature")
+            top_k = gr.Slider(*RANGES["top_k"], s.top_k, step=1, label="Top-k", info="0: off", elem_id="top-k")
+            top_p = gr.Slider(*RANGES["top_p"], s.top_p, step=0.01, label="Top-p", info="1: off", elem_id="top-p")
+            min_p = gr.Slider(*RANGES["min_p"], s.min_p, step=0.01, label="Min-p", info="0: off", elem_id="min-p")
     return [sample_box, temperature, top_k, top_p, min_p, seed_box, max_new_box]
 
 
@@ -216,13 +219,14 @@ def _wire_views(c: dict) -> None:
     view_inputs = [c["visit"], c["step"], c["layer"], c["average"], c["hardware"]]
     change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"]]
     for control in (c["step"], c["layer"], c["average"], c["zoom"]):
-        control.input(handlers.on_view_change, change_inputs, plots, concurrency_id=MODEL_QUEUE)
+        control.input(handlers.on_view_change, change_inputs, plots, concurrency_id=MODEL_QUEUE,
+                      show_progress="minimal")
     c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, concurrency_id=MODEL_QUEUE)
     for view, tab, plot in zip(VIEWS, c["tabs"], plots, strict=True):
         tab.select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"]], [c["shown"], plot],
                    concurrency_id=MODEL_QUEUE)
     c["hardware"].input(handlers.on_hardware_change, [c["visit"], c["step"], c["hardware"], c["presenter"]],
                         plots[-1])
-    for control in c["sampling"][:5]:
+    for control in c["sampling"][:5]:  # a value out of range is refused by Gradio: keep the figure, no error mark
         control.input(handlers.on_sampling_change, [c["visit"], c["step"], *c["sampling"], c["presenter"]],
-                      plots[3])
+                      plots[3], show_progress="hidden")

@@ -40,6 +40,9 @@ FIELDS = {
     "seed": ("seed", int),
     "max_new_tokens": ("max_new_tokens", int),
 }
+# The sampling controls' ranges (the app's sliders and boxes use them too); a link value outside is refused.
+RANGES = {"temperature": (0.05, 2.0), "top_k": (0, 200), "top_p": (0.01, 1.0), "min_p": (0.0, 1.0),
+          "seed": (0, 2**63 - 1), "max_new_tokens": (1, None)}
 LINK_FIELDS = tuple(field for field, _ in FIELDS.values())  # the order of the controls a link fills
 MAX_PROMPT_CHARS = 20_000  # a link is not the place for a book; longer prompts are cut
 
@@ -55,7 +58,8 @@ def query_string(values: dict) -> str:
 
 
 def values_from_query(params: dict[str, str]) -> tuple[dict, list[str]]:
-    """Field values from query parameters, and the names of those that could not be read (ignored).
+    """Field values from query parameters, and the names of those that could not be read or are out
+    of their control's range (`RANGES`; both ignored).
 
     Unknown parameters are ignored; a prompt is cut to `MAX_PROMPT_CHARS` characters.
     """
@@ -65,9 +69,15 @@ def values_from_query(params: dict[str, str]) -> tuple[dict, list[str]]:
             continue
         field, parse = FIELDS[name]
         try:
-            values[field] = parse(raw)
+            value = parse(raw)
         except ValueError:
             unreadable.append(name)
+            continue
+        low, high = RANGES.get(field, (None, None))
+        if (low is not None and value < low) or (high is not None and value > high):
+            unreadable.append(name)
+            continue
+        values[field] = value
     if "prompt" in values:
         values["prompt"] = values["prompt"][:MAX_PROMPT_CHARS]
     return values, unreadable

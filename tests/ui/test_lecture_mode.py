@@ -48,6 +48,7 @@ def test_an_exported_run_shows_every_view_again_with_no_model(served):
     outputs = handlers.ServedHandlers(served).on_import_upload(FakeRequest("other"), path, *VIEW)
     saved = outputs[0]
     assert saved.session.text == live.session.text and saved.description == live.description
+    assert outputs[1].startswith("a saved run, shown without the model: ")
     for step in range(3):
         for view in VIEWS:
             _, live_figure = handlers.on_tab_select(view)(live, step, 0, False, "h100-sxm")
@@ -92,8 +93,9 @@ def test_a_link_round_trips_the_settings():
 
 def test_unreadable_link_values_are_named_and_ignored():
     read, unreadable = values_from_query({"temperature": "nan", "seed": "abc", "sample": "maybe", "top_k": "5",
-                                          "evil": "x"})
-    assert read == {"top_k": 5} and sorted(unreadable) == ["sample", "seed", "temperature"]
+                                          "evil": "x", "min_p": "5", "max_new_tokens": "0", "top_p": "0.5"})
+    assert read == {"top_k": 5, "top_p": 0.5}
+    assert sorted(unreadable) == ["max_new_tokens", "min_p", "sample", "seed", "temperature"]
 
 
 def test_share_and_load_fill_the_controls(served):
