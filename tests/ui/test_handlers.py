@@ -5,7 +5,6 @@ from __future__ import annotations
 import gradio as gr
 import numpy as np
 import pytest
-from tiny_models import tiny_model
 
 from explorer.ui import handlers
 from explorer.ui.hosting import HOSTED, LOCAL, Limits, Served
@@ -18,20 +17,10 @@ VIEWS = ("journey", "attention", "kv_cache", "sampling", "roofline")
 VIEW = (1, False, "h100-sxm", "attention")  # layer, average over heads, roofline hardware, the view on screen
 
 
-@pytest.fixture(scope="module")
-def model():
-    return tiny_model("llama")
-
-
-@pytest.fixture
-def served(model):
-    return Served.create(ModelRegistry(model), LOCAL)
-
-
 def prefill(served, prompt="Hi there!", sampling=GREEDY, choice=None, prompt_tokens=17, custom="", page=None):
     request = type("Request", (), {"session_hash": page})() if page else None
-    return handlers.ServedHandlers(served).on_prefill_click(request, choice or served.registry.default_choice, custom, prompt, prompt_tokens,
-                                     False, "", *sampling, *VIEW)
+    return handlers.ServedHandlers(served).on_prefill_click(
+        request, choice or served.registry.default_choice, custom, prompt, prompt_tokens, False, "", *sampling, *VIEW)
 
 
 def meta(figure) -> dict:

@@ -8,7 +8,7 @@ import threading
 
 import gradio as gr
 import pytest
-from tiny_models import VOCAB, tiny_model
+from tiny_models import VOCAB
 
 from explorer.config import SamplingSettings
 from explorer.errors import SessionStateError
@@ -33,20 +33,11 @@ def view(shown: str = "sampling") -> tuple:
     return (1, False, "h100-sxm", shown)  # layer, average heads, roofline hardware, the view on screen
 
 
-@pytest.fixture(scope="module")
-def model():
-    return tiny_model("llama")
-
-
-@pytest.fixture
-def served(model):
-    return Served.create(ModelRegistry(model), LOCAL)
-
-
 def prefill(served, prompt="Hi there!", controls=None, custom="", template=False, system="", shown="sampling",
             choice=None, prompt_tokens=17):
-    return handlers.ServedHandlers(served).on_prefill_click(None, choice or served.registry.default_choice, custom, prompt, prompt_tokens,
-                                     template, system, *(controls or sampling()), *view(shown))
+    return handlers.ServedHandlers(served).on_prefill_click(
+        None, choice or served.registry.default_choice, custom, prompt, prompt_tokens, template, system,
+        *(controls or sampling()), *view(shown))
 
 
 def snapshot(visit) -> tuple:
