@@ -227,6 +227,6 @@ def _wire_views(c: dict) -> None:
                    concurrency_id=MODEL_QUEUE)
     c["hardware"].input(handlers.on_hardware_change, [c["visit"], c["step"], c["hardware"], c["presenter"]],
                         plots[-1])
-    for control in c["sampling"][:5]:  # a value out of range is refused by Gradio: keep the figure, no error mark
+    for control in c["sampling"][:5]:
         control.input(handlers.on_sampling_change, [c["visit"], c["step"], *c["sampling"], c["presenter"]],
-                      plots[3], show_progress="hidden")
+                      plots[3])
