@@ -6,6 +6,7 @@ their own UI tests.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -46,9 +47,10 @@ SAVE_SVG_JS = """() => {
 PRESENTER_JS = "(...values) => { document.body.classList.toggle('presenter', values[values.length - 2]); return values; }"
 
 
-def examples() -> list[dict]:
-    """The ready examples shipped in assets/examples.json: label, prompt and sampling settings."""
-    return json.loads((ASSETS / "examples.json").read_text(encoding="utf-8"))
+@functools.cache
+def examples() -> tuple[dict, ...]:
+    """The ready examples shipped in assets/examples.json: label, prompt and sampling settings (read once)."""
+    return tuple(json.loads((ASSETS / "examples.json").read_text(encoding="utf-8")))
 
 
 def launch_options(limits: Limits = LOCAL) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 
 from explorer.figures.theme import visible_piece
+from explorer.journey import step_label
 from explorer.trace import StepTrace
 
 # A chip per token up to this many; past it the strip keeps the first and last tokens (the page
@@ -25,14 +26,14 @@ def token_strip_html(traces: list[StepTrace], step: int, next_piece: str | None)
         kind = "prompt" if trace.stage == "prefill" else "generated"
         shown = " shown" if trace.step_index == step else ""
         for token_id, piece in zip(trace.input_ids, trace.input_pieces, strict=True):
-            chips.append(_chip(piece, token_id, kind + shown, f"{kind} token, fed at {_label(trace)}"))
+            chips.append(_chip(piece, token_id, kind + shown, f"{kind} token, fed at {step_label(trace)}"))
     if len(chips) > MAX_CHIPS:
         hidden = len(chips) - MAX_CHIPS
         chips = chips[: MAX_CHIPS // 4] + [f'<span class="tok-gap">… {hidden} tokens …</span>'] + \
             chips[-(MAX_CHIPS - MAX_CHIPS // 4):]
     if next_piece is not None and traces and traces[-1].sampling is not None:
         last = traces[-1]
-        chips.append(_chip(next_piece, last.sampling.token_id, "next", f"chosen by {_label(last)}, not yet fed"))
+        chips.append(_chip(next_piece, last.sampling.token_id, "next", f"chosen by {step_label(last)}, not yet fed"))
     return '<div class="token-strip">' + "".join(chips) + "</div>"
 
 
@@ -40,6 +41,3 @@ def _chip(piece: str, token_id: int, css: str, title: str) -> str:
     return (f'<span class="tok {css}" title="id {token_id} · {html.escape(title)}">'
             f'<span class="piece">{html.escape(visible_piece(piece))}</span><sub>{token_id}</sub></span>')
 
-
-def _label(trace: StepTrace) -> str:
-    return "the prefill" if trace.stage == "prefill" else f"step {trace.step_index}"
