@@ -14,6 +14,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = pytest.mark.real_model
 
@@ -130,10 +131,16 @@ def test_views_follow_the_controls_without_a_new_step(page):
 
     old_title = show(page, "sampling", 4)["texts"].split(" | ")[0]
     page.get_by_text("Sampling: greedy or sample").click()
-    page.locator("#temperature input[type=number]").fill("1.7")
-    page.locator("#temperature input[type=number]").press("Enter")
-    page.wait_for_function("old => document.querySelector('#sampling-plot .js-plotly-plot').layout.title.text"
-                           " !== old", arg=old_title)
+    redrawn = "old => document.querySelector('#sampling-plot .js-plotly-plot').layout.title.text !== old"
+    for attempt in range(3):  # the box may not take the first keystrokes while the accordion opens
+        page.locator("#temperature input[type=number]").fill("1.7")
+        page.locator("#temperature input[type=number]").press("Enter")
+        try:
+            page.wait_for_function(redrawn, arg=old_title, timeout=15_000)
+            break
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
     sampling = show(page, "sampling", 4)
     assert "temperature 1.7" in sampling["texts"] and status(page) == before  # redrawn, no new step
 
