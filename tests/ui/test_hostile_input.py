@@ -171,6 +171,7 @@ def test_run_n_tokens_out_of_range_is_an_error_message(served, count):
 
 @pytest.mark.parametrize("custom, limits, message", [
     ("../../etc", LOCAL, r"The folder ../../etc has no config.json.*pass a hub id"),
+    ("../../no-such-folder", LOCAL, r"No folder ../../no-such-folder. Check the path, or pass a hub id"),
     ("../" * 40 + "etc", LOCAL, r"has no config.json.*pass a hub id"),
     ("https://evil.example/x", LOCAL, r"is a web address;.*never from a URL. Pass a hub id such as Qwen/Qwen3-0.6B"),
     ("no-such-org/no-such-model", LOCAL, r"Cannot find 'no-such-org/no-such-model'.*Download it where there is network"),
@@ -180,7 +181,11 @@ def test_run_n_tokens_out_of_range_is_an_error_message(served, count):
     ("https://evil.example/x", HOSTED, r"This hosted explorer loads only"),
     ("no-such-org/no-such-model", HOSTED, r"This hosted explorer loads only"),
 ])
-def test_a_model_id_that_is_a_path_a_url_or_unknown_is_an_error_message(model, custom, limits, message):
+def test_a_model_id_that_is_a_path_a_url_or_unknown_is_an_error_message(model, custom, limits, message,
+                                                                         tmp_path, monkeypatch):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "a" / "b")  # "../../etc" is a folder without config.json wherever the clone lies
     served = Served.create(ModelRegistry(model, allowed=limits.allowed_models), limits)
     visit, *_ = prefill(served)
     before = snapshot(visit)
