@@ -39,7 +39,7 @@ STOP_DOCS = {
                   "[B, h_q, T, d_h] [B, h_kv, T, d_h] → same", None),
     "attn.kv_cache_write": ("K_cache = [K_cache; K], V_cache = [V_cache; V]",
                             "[B, h_kv, T, d_h]×2 → [B, h_kv, n, d_h]×2", None),
-    "attn.gqa_expand": ("repeat each K and V head g = h_q / h_kv times",
+    "attn.gqa_expand": ("query head h reads K and V head ⌊h / g⌋, g = h_q / h_kv (a broadcast, no copy)",
                         "[B, h_kv, n, d_h]×2 → [B, h_q, n, d_h]×2", None),
     "attn.scores": ("S = Q·Kᵀ / √d_h + causal mask", "[B, h_q, T, d_h] [B, h_q, n, d_h] → [B, h_q, T, n]", None),
     "attn.softmax": ("P = softmax(S) along each row (float32)", "[B, h_q, T, n] → [B, h_q, T, n]", None),

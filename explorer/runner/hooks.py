@@ -20,7 +20,6 @@ from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
-from transformers.models.llama.modeling_llama import repeat_kv
 
 from explorer.runner.architectures import stop_module_names
 from explorer.runner.timing import Clock, CudaEventClock
@@ -90,13 +89,23 @@ class StepRecorder:
         self.events[key] = Event(start, now, inputs, [t.shape for t in outputs], outputs[0].dtype)
         return now
 
+    def record_shapes(self, key: str, start: float, inputs: list[torch.Size], outputs: list[torch.Size],
+                      dtype: torch.dtype) -> float:
+        """As `record`, for a stop whose result is no tensor of its own (a broadcast, a view of another)."""
+        now = self.clock()
+        self.events[key] = Event(start, now, inputs, outputs, dtype)
+        return now
+
     def capture_attention(self, layer: int, probs: torch.Tensor) -> None:
-        """Keep batch row 0 of `probs` [B, h_q, q_len, kv_len] as float32 where allowed; it stays on
-        its device until `finish` (a copy to the host here would wait for the GPU mid-step)."""
-        shape = list(probs.shape[1:])
+        """Keep batch row 0 of `probs` [g, B, h_kv, q_len, kv_len] (query head j·g + i at [i, :, j]) as
+        [h_q, q_len, kv_len] float32 in head order where allowed; it stays on its device until `finish`
+        (a copy to the host here would wait for the GPU mid-step)."""
+        group, _, h_kv, q_len, kv_len = probs.shape
+        shape = [group * h_kv, q_len, kv_len]
         self.attention_shapes[layer] = shape
         if probs.device.type != "meta" and self.keep_attention(layer, shape):
-            self._pending_attention[layer] = probs[0].detach().to(torch.float32)
+            in_head_order = probs[:, 0].transpose(0, 1).reshape(shape)
+            self._pending_attention[layer] = in_head_order.detach().to(torch.float32)
         if layer == self.stop_after_layer:
             raise StopForward
 
@@ -111,8 +120,8 @@ def explorer_attention(
     dropout: float = 0.0,
     softcap: float | None = None,
     **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager attention with each step timed and the probabilities captured.
+) -> tuple[torch.Tensor, None]:
+    """Eager attention, its values bit for bit, with each step timed and the probabilities captured.
 
     Args:
         query: [B, h_q, T, d_h] after RoPE.
@@ -122,29 +131,42 @@ def explorer_attention(
         softcap: Gemma-style logit soft-capping, None elsewhere.
 
     Returns:
-        ([B, T, h_q, d_h] attention output, [B, h_q, T, n] probabilities), as eager attention returns.
+        ([B, T, h_q, d_h] attention output, None): the probabilities go to the step's recorder, not to the
+        model, which drops them (as SDPA, transformers' default, returns none).
     """
     rec = _ACTIVE.get()
     prefix = f"layers.{module.layer_idx}.attn."
+    batch, h_q, q_len, head_dim = query.shape
+    h_kv, n = key.shape[1], key.shape[2]
+    group = h_q // h_kv
     start = rec.clock()
-    key_states = repeat_kv(key, module.num_key_value_groups)  # [B, h_q, n, d_h]
-    value_states = repeat_kv(value, module.num_key_value_groups)
-    start = rec.record(prefix + "gqa_expand", start, [key.shape, value.shape], [key_states, value_states])
-    # In place where eager makes a new tensor (same values): a 2k-token prefill's scores are 150 MB a layer
-    scores = torch.matmul(query, key_states.transpose(2, 3)).mul_(scaling)  # [B, h_q, T, n]
+    # GQA without repeat_kv's copy of the cache. Query head h reads KV head h // g, so the query heads at
+    # offset i of every group (h = j·g + i) pair with KV heads j = 0..h_kv-1 as they lie. Each product below
+    # is the [T, d_h] x [d_h, n] GEMM eager attention runs per head, on the same values (bit for bit:
+    # tests/integration/test_faithfulness.py), with no g copies of K and V written at every step.
+    expanded = torch.Size([batch, h_q, n, head_dim])
+    start = rec.record_shapes(prefix + "gqa_expand", start, [key.shape, value.shape], [expanded] * 2, key.dtype)
+    scores = query.new_empty(group, batch, h_kv, q_len, n)  # [g, B, h_kv, T, n]: head j·g + i at [i, :, j]
+    for i in range(group):
+        torch.matmul(query[:, i::group], key.transpose(2, 3), out=scores[i])
+    scores.mul_(scaling)  # in place where eager makes a new tensor (same values): 150 MB a layer at 2k tokens
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if attention_mask is not None:
-        scores.add_(attention_mask[:, :, :, : key_states.shape[-2]])
-    start = rec.record(prefix + "scores", start, [query.shape, key_states.shape], [scores])
+        scores.add_(attention_mask[:, :, :, :n])
+    heads = torch.Size([batch, h_q, q_len, n])
+    start = rec.record_shapes(prefix + "scores", start, [query.shape, expanded], [heads], scores.dtype)
     probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    start = rec.record(prefix + "softmax", start, [scores.shape], [probs])
-    output = torch.matmul(probs, value_states)  # [B, h_q, T, d_h]
-    start = rec.record(prefix + "weighted_sum", start, [probs.shape, value_states.shape], [output])
-    merged = output.transpose(1, 2).contiguous()  # [B, T, h_q, d_h]
-    rec.record(prefix + "merge_heads", start, [output.shape], [merged])
+    start = rec.record_shapes(prefix + "softmax", start, [heads], [heads], probs.dtype)
+    output = query.new_empty(group, batch, h_kv, q_len, head_dim)
+    for i in range(group):
+        torch.matmul(probs[i], value, out=output[i])
+    per_head = torch.Size([batch, h_q, q_len, head_dim])
+    start = rec.record_shapes(prefix + "weighted_sum", start, [heads, expanded], [per_head], output.dtype)
+    merged = output.permute(1, 3, 2, 0, 4).reshape(batch, q_len, h_q, head_dim)  # [B, T, h_q, d_h]
+    rec.record(prefix + "merge_heads", start, [per_head], [merged])
     rec.capture_attention(module.layer_idx, probs)
-    return merged, probs
+    return merged, None
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, explorer_attention)
