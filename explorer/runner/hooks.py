@@ -22,6 +22,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from explorer.runner.architectures import stop_module_names
+from explorer.runner.gqa import AttentionInputs, grouped_scores, grouped_weighted_sum, in_head_order, softmax
 from explorer.runner.timing import Clock, CudaEventClock
 
 ATTN_IMPLEMENTATION = "explorer_eager"
@@ -51,19 +52,21 @@ class Event:
 
 
 class StepRecorder:
-    """Collects the events and attention probabilities of one forward pass; `finish` ends it.
+    """Collects the events, attention probabilities and post-RoPE queries of one forward pass; `finish`
+    ends it.
 
     Args:
         clock: read at every timing point (`explorer.runner.timing.step_clock`): perf_counter on
             the CPU, CUDA events on a GPU.
-        keep_attention: (layer, [h_q, q_len, kv_len]) -> whether to copy that layer's probabilities.
+        keep_attention: (layer, [h_q, q_len, kv_len], bytes of the layer's queries, which are always
+            kept) -> whether to copy that layer's probabilities too.
         stop_after_layer: end the pass with `StopForward` once this layer's attention is captured.
     """
 
     def __init__(
         self,
         clock: Clock = time.perf_counter,
-        keep_attention: Callable[[int, Shape], bool] = lambda layer, shape: True,
+        keep_attention: Callable[[int, Shape, int], bool] = lambda layer, shape, query_bytes: True,
         stop_after_layer: int | None = None,
     ) -> None:
         self.clock = clock
@@ -72,6 +75,7 @@ class StepRecorder:
         self.events: dict[str, Event] = {}
         self.attention_shapes: dict[int, Shape] = {}
         self.attention: dict[int, np.ndarray] = {}
+        self.attention_inputs: dict[int, AttentionInputs] = {}
         self._pending_attention: dict[int, torch.Tensor] = {}
 
     def finish(self) -> None:
@@ -96,16 +100,17 @@ class StepRecorder:
         self.events[key] = Event(start, now, inputs, outputs, dtype)
         return now
 
-    def capture_attention(self, layer: int, probs: torch.Tensor) -> None:
-        """Keep batch row 0 of `probs` [g, B, h_kv, q_len, kv_len] (query head j·g + i at [i, :, j]) as
-        [h_q, q_len, kv_len] float32 in head order where allowed; it stays on its device until `finish`
-        (a copy to the host here would wait for the GPU mid-step)."""
+    def capture_attention(self, layer: int, probs: torch.Tensor, inputs: AttentionInputs) -> None:
+        """Keep the layer's queries (`inputs`, to recompute the probabilities from) and, where allowed,
+        batch row 0 of `probs` [g, B, h_kv, q_len, kv_len] (`explorer.runner.gqa` layout) as [h_q, q_len,
+        kv_len] float32; both stay on their device (a copy to the host here would wait for the GPU)."""
         group, _, h_kv, q_len, kv_len = probs.shape
         shape = [group * h_kv, q_len, kv_len]
         self.attention_shapes[layer] = shape
-        if probs.device.type != "meta" and self.keep_attention(layer, shape):
-            in_head_order = probs[:, 0].transpose(0, 1).reshape(shape)
-            self._pending_attention[layer] = in_head_order.detach().to(torch.float32)
+        if probs.device.type != "meta":
+            self.attention_inputs[layer] = inputs
+            if self.keep_attention(layer, shape, inputs.query.nbytes):
+                self._pending_attention[layer] = in_head_order(probs).detach().to(torch.float32)
         if layer == self.stop_after_layer:
             raise StopForward
 
@@ -137,35 +142,20 @@ def explorer_attention(
     rec = _ACTIVE.get()
     prefix = f"layers.{module.layer_idx}.attn."
     batch, h_q, q_len, head_dim = query.shape
-    h_kv, n = key.shape[1], key.shape[2]
-    group = h_q // h_kv
+    n = key.shape[2]
     start = rec.clock()
-    # GQA without repeat_kv's copy of the cache. Query head h reads KV head h // g, so the query heads at
-    # offset i of every group (h = j·g + i) pair with KV heads j = 0..h_kv-1 as they lie. Each product below
-    # is the [T, d_h] x [d_h, n] GEMM eager attention runs per head, on the same values (bit for bit:
-    # tests/integration/test_faithfulness.py), with no g copies of K and V written at every step.
-    expanded = torch.Size([batch, h_q, n, head_dim])
+    expanded = torch.Size([batch, h_q, n, head_dim])  # a broadcast (explorer.runner.gqa): no tensor of its own
     start = rec.record_shapes(prefix + "gqa_expand", start, [key.shape, value.shape], [expanded] * 2, key.dtype)
-    scores = query.new_empty(group, batch, h_kv, q_len, n)  # [g, B, h_kv, T, n]: head j·g + i at [i, :, j]
-    for i in range(group):
-        torch.matmul(query[:, i::group], key.transpose(2, 3), out=scores[i])
-    scores.mul_(scaling)  # in place where eager makes a new tensor (same values): 150 MB a layer at 2k tokens
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    if attention_mask is not None:
-        scores.add_(attention_mask[:, :, :, :n])
+    scores = grouped_scores(query, key, scaling, softcap, attention_mask)
     heads = torch.Size([batch, h_q, q_len, n])
     start = rec.record_shapes(prefix + "scores", start, [query.shape, expanded], [heads], scores.dtype)
-    probs = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = softmax(scores)
     start = rec.record_shapes(prefix + "softmax", start, [heads], [heads], probs.dtype)
-    output = query.new_empty(group, batch, h_kv, q_len, head_dim)
-    for i in range(group):
-        torch.matmul(probs[i], value, out=output[i])
+    merged = grouped_weighted_sum(probs, value)  # [B, T, h_q, d_h]
     per_head = torch.Size([batch, h_q, q_len, head_dim])
-    start = rec.record_shapes(prefix + "weighted_sum", start, [heads, expanded], [per_head], output.dtype)
-    merged = output.permute(1, 3, 2, 0, 4).reshape(batch, q_len, h_q, head_dim)  # [B, T, h_q, d_h]
+    start = rec.record_shapes(prefix + "weighted_sum", start, [heads, expanded], [per_head], merged.dtype)
     rec.record(prefix + "merge_heads", start, [per_head], [merged])
-    rec.capture_attention(module.layer_idx, probs)
+    rec.capture_attention(module.layer_idx, probs, AttentionInputs(query[0].detach(), scaling, softcap))
     return merged, None
 
 

@@ -21,6 +21,7 @@ from explorer.errors import PromptError, SessionStateError
 from explorer.runner.architectures import model_features
 from explorer.runner.assemble import assemble_ops
 from explorer.runner.detokenize import IncrementalDetokenizer
+from explorer.runner.gqa import AttentionInputs, recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.loading import LoadedModel
 from explorer.runner.sampling import sample_next_token
@@ -28,10 +29,12 @@ from explorer.runner.timing import step_clock
 from explorer.stops import stop_table
 from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, StepTrace
 
-# Attention probabilities a session keeps, all steps together (float32). Beyond it a layer keeps its
-# shape only (the oldest steps' matrices go first) and `attention_probs` recomputes it. 128 MiB keeps
-# a session of a 2,048-token prompt and 64 decode steps within DESIGN.md's 300 MB.
-DEFAULT_ATTENTION_BUDGET_BYTES = 128 * 2**20
+# Attention memory a session keeps, all steps together: the post-RoPE queries of every step and layer
+# (always kept; `attention_probs` recomputes any matrix from them and the cached keys, a 2,048-token
+# prefill block in about 0.3 s), plus as many probability matrices (float32) as fit beside them, the
+# newest first. A short prompt keeps every matrix; a 2,048-token prompt with 64 decode steps keeps
+# 146 MB of queries, a few MB of matrices and, with its 97 MB KV cache, stays within DESIGN.md's 300 MB.
+DEFAULT_ATTENTION_BUDGET_BYTES = 144 * 2**20
 
 _MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
@@ -49,8 +52,9 @@ class InferenceSession:
     Args:
         loaded: the model, its tokenizer (None in shape-only mode) and its EOS ids.
         settings: sampling settings; `settings.seed` seeds this session's own generator.
-        attention_budget_bytes: attention probabilities kept by the session, all steps together,
-            float32 bytes; the newest step is served first, older steps give theirs up.
+        attention_budget_bytes: attention memory the session keeps, all steps together: the queries it
+            always keeps plus float32 probabilities; the newest step's are served first, older steps give
+            theirs up.
         max_prompt_tokens: refuse longer prompts (a shared app keeps one prefill from holding the
             model for minutes); None allows up to the model's context window.
         limit_advice: what the refusal of a prompt past `max_prompt_tokens` tells the person to do.
@@ -71,6 +75,7 @@ class InferenceSession:
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
         self.traces: list[StepTrace] = []
+        self._attention_inputs: list[dict[int, AttentionInputs]] = []  # per step, by layer
         self.ids: list[int] = []
         self.generated: list[int] = []
         self._generator = torch.Generator().manual_seed(self.settings.seed)
@@ -92,10 +97,17 @@ class InferenceSession:
             return ""
         return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True).rstrip("\ufffd")
 
+    @property
+    def query_bytes(self) -> int:
+        """Bytes of the post-RoPE queries the session keeps (every step, every layer) to recompute the
+        attention it does not keep: h_q x T x d_h values a layer for the prefill, h_q x d_h a decode step."""
+        return sum(inputs.query.nbytes for step in self._attention_inputs for inputs in step.values())
+
     def close(self) -> None:
         """Free the KV cache, the traces and the ids (the page that held this session closed)."""
         with self._step_lock:  # a step in flight finishes first
             self._cache, self.traces, self.ids, self.generated = None, [], [], []
+            self._attention_inputs = []
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """Use new sampling settings from the next step on (the generator is not reseeded)."""
@@ -128,6 +140,7 @@ class InferenceSession:
         with self._step_lock:
             self._cache = DynamicCache(config=self.loaded.model.config)
             self.ids, self.generated, self.traces, self._failed_step = list(ids), [], [], None
+            self._attention_inputs = []
             self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
             return self._step("prefill", ids, {"tokenize": tokenize})
 
@@ -163,11 +176,11 @@ class InferenceSession:
     def attention_probs(self, step_index: int, layer: int) -> np.ndarray:
         """A layer's attention probabilities for a step, recomputed if the step did not keep them.
 
-        Recomputing feeds the step's own tokens over a copy of the keys and values cached before them
-        (layers up to `layer`) and stops after `layer`, so a decode step costs one token's pass, as
-        when it ran. Where the session's cache no longer holds that prefix (a sliding-window layer
-        keeps only its last keys), it runs the step's whole context on a fresh cache instead; causal
-        masking makes the step's query rows the same as in the cached pass.
+        Recomputing takes the step's queries, which the session keeps, and the keys in its cache
+        (`explorer.runner.gqa.recompute_probs`: the same values, bit for bit). Where the cache no longer
+        holds every key (a sliding-window layer keeps only its last ones, or the session was closed),
+        it runs the step's whole context on a fresh cache up to `layer` instead; causal masking makes
+        the step's query rows the same as in the cached pass.
 
         Returns:
             [h_q, q_len, kv_len] float32, rows sum to 1 (prefill [h_q, T, T], decode [h_q, 1, n]).
@@ -182,9 +195,15 @@ class InferenceSession:
             return record.probs
         if self.loaded.shape_only:
             raise SessionStateError("Shape-only mode computes no attention values.")
+        held = self._cache.layers[layer] if self._cache is not None else None
+        if held is not None and held.keys.shape[-2] == self.traces[-1].context_length:
+            return recompute_probs(self._attention_inputs[step_index][layer], held.keys[:, :, :trace.context_length])
+        return self._rerun_attention(trace, layer)
+
+    def _rerun_attention(self, trace: StepTrace, layer: int) -> np.ndarray:
         recorder = StepRecorder(stop_after_layer=layer)  # the times are not kept: no device clock
-        cache, start = self._cache_before(trace, layer)
-        ids = torch.tensor([self.ids[start: trace.context_length]], device=self.loaded.device)
+        cache = DynamicCache(config=self.loaded.model.config)
+        ids = torch.tensor([self.ids[: trace.context_length]], device=self.loaded.device)
         model = self.loaded.model
         with model_lock(model), torch.inference_mode(), tracing(model, cache, recorder, hook_modules=False):
             try:
@@ -192,22 +211,8 @@ class InferenceSession:
             except StopForward:
                 pass
         recorder.finish()
-        q_len, kv_len = record.shape[1:]  # a sliding-window layer sees only its last kv_len keys
+        q_len, kv_len = trace.attention[layer].shape[1:]  # a sliding-window layer sees only its last kv_len keys
         return recorder.attention[layer][:, -q_len:, -kv_len:]
-
-    def _cache_before(self, trace: StepTrace, layer: int) -> tuple[DynamicCache, int]:
-        """A new cache holding layers 0..`layer`'s keys and values of the tokens before `trace`'s, and
-        their count; an empty cache and 0 for the prefill, or where the session's cache has dropped
-        early keys (a sliding-window layer) or been closed."""
-        cache = DynamicCache(config=self.loaded.model.config)
-        start = trace.context_length - len(trace.input_ids)
-        held = self._cache.layers[: layer + 1] if self._cache is not None else []
-        now = self.traces[-1].context_length
-        if start == 0 or not held or any(c.keys is None or c.keys.shape[-2] != now for c in held):
-            return cache, 0
-        for index, cached in enumerate(held):  # update copies (torch.cat): the session's cache is untouched
-            cache.update(cached.keys[:, :, :start], cached.values[:, :, :start], index)
-        return cache, start
 
     def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> list[int]:
         if prompt_tokens is None:
@@ -271,15 +276,16 @@ class InferenceSession:
         trace.ops = assemble_ops(stop_table(self.features, len(trace.kv), stage), recorder.events,
                                  self.features, extra)
         self.traces.append(trace)
+        self._attention_inputs.append(recorder.attention_inputs)
         self._trim_attention()
         return trace
 
     def _trim_attention(self) -> None:
-        """Drop kept attention matrices, oldest step first, until the session is within its budget."""
+        """Drop kept attention matrices, oldest step first, until they fit beside the queries in the budget."""
         records = [r for t in self.traces for r in t.attention if r.probs is not None]
         kept_bytes = sum(r.probs.nbytes for r in records)
         for record in records:
-            if kept_bytes <= self.attention_budget_bytes:
+            if kept_bytes <= self.attention_budget_bytes - self.query_bytes:
                 break
             kept_bytes -= record.probs.nbytes
             record.probs = None
@@ -341,10 +347,11 @@ class InferenceSession:
         return [self.loaded.tokenizer.decode([i]) for i in ids]
 
     def _attention_keeper(self):
-        kept_bytes = 0
+        kept_bytes = self.query_bytes  # of the steps before this one; this step's are added layer by layer
 
-        def keep(layer: int, shape: list[int]) -> bool:
+        def keep(layer: int, shape: list[int], query_bytes: int) -> bool:
             nonlocal kept_bytes
+            kept_bytes += query_bytes
             size = math.prod(shape) * 4
             if kept_bytes + size > self.attention_budget_bytes:
                 return False

@@ -3,9 +3,10 @@ recomputed matrix equals eager attention's.
 
 The tiny Llama has the dimensions of `tiny_models` (6 query heads, 2 KV heads, head_dim 10, 3 layers)
 with a 2,100-token context. One prefill layer at 2,048 tokens is 6 x 2,048 x 2,048 float32 (~100 MB),
-far over the budget used here, which holds exactly eight decode-step layer rows
+far over the budget used here, which holds the queries and exactly eight decode-step layer rows
 (6 x n x 4 bytes each, n = 2,049..2,052): so the prefill keeps shapes only, and after the third decode
-step the oldest decode rows give way.
+step the oldest decode rows give way. A matrix given up is recomputed from the step's post-RoPE queries,
+which the session keeps, and the keys in its KV cache.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ PROMPT_TOKENS, STEPS = 2048, 4
 HQ, HKV, DH, LAYERS, VOCAB = (DIMS[k] for k in ("num_attention_heads", "num_key_value_heads", "head_dim",
                                                 "num_hidden_layers", "vocab_size"))
 ROW_BYTES = HQ * 4  # one decode layer's attention is HQ x 1 x n float32: ROW_BYTES * n bytes
-BUDGET_BYTES = 8 * ROW_BYTES * (PROMPT_TOKENS + 12)  # 8 decode layer rows fit, 9 never do
-assert 9 * ROW_BYTES * (PROMPT_TOKENS + 1) > BUDGET_BYTES
+QUERY_BYTES = LAYERS * HQ * DH * 4 * (PROMPT_TOKENS + STEPS)  # every step's queries, kept within the budget
+BUDGET_BYTES = QUERY_BYTES + 8 * ROW_BYTES * (PROMPT_TOKENS + 12)  # beside the queries 8 decode layer rows fit
+assert QUERY_BYTES + 9 * ROW_BYTES * (PROMPT_TOKENS + 1) > BUDGET_BYTES  # and 9 never do
 
 
 def kept(session: InferenceSession) -> set[tuple[int, int]]:
@@ -107,7 +109,7 @@ def test_decode_rows_are_kept_newest_first_and_dropped_oldest_first(run):
 
 def test_the_session_stores_kept_attention_within_the_budget_and_one_logits_array_a_step(run):
     session, snapshots = run
-    assert all(kept_bytes_after <= BUDGET_BYTES for _, kept_bytes_after, _, _ in snapshots)
+    assert all(kept_bytes_after <= BUDGET_BYTES - QUERY_BYTES for _, kept_bytes_after, _, _ in snapshots)
     assert snapshots[-1][1] == ROW_BYTES * sum(PROMPT_TOKENS + step for step, _ in snapshots[-1][0])
     arrays = {id(a): a for t in session.traces for a in [t.logits] + [s.logits for s in t.sampling.stages]}
     assert sum(a.nbytes for a in arrays.values()) == (STEPS + 1) * VOCAB * 4  # greedy: the raw logits only
@@ -135,14 +137,42 @@ def test_attention_kept_or_recomputed_equals_eager_attention(run, eager_attentio
     assert kept(session) == before  # a recomputed matrix is handed out, not stored
 
 
-def test_recomputing_a_dropped_decode_row_feeds_one_token_over_the_cached_prefix(run, loaded):
+def test_recomputing_attention_runs_no_model_it_takes_the_kept_queries_and_the_cached_keys(run, loaded):
     session, _ = run
     fed = []
     handle = loaded.model.model.embed_tokens.register_forward_pre_hook(lambda m, args: fed.append(list(args[0].shape)))
     try:
-        assert session.traces[2].attention[0].probs is None
+        assert session.traces[2].attention[0].probs is None and session.traces[0].attention[1].probs is None
         session.attention_probs(2, 0)
         session.attention_probs(0, 1)
     finally:
         handle.remove()
-    assert fed == [[1, 1], [1, PROMPT_TOKENS]]
+    assert fed == []
+
+
+def test_the_session_keeps_each_steps_post_rope_queries_and_no_more(run):
+    session, _ = run
+    held = session._attention_inputs
+    assert len(held) == STEPS + 1
+    assert [list(held[0][layer].query.shape) for layer in range(LAYERS)] == [[HQ, PROMPT_TOKENS, DH]] * LAYERS
+    assert all(list(held[step][layer].query.shape) == [HQ, 1, DH] for step in range(1, STEPS + 1)
+               for layer in range(LAYERS))
+    assert all(inputs.query.untyped_storage().nbytes() == inputs.query.nbytes  # no larger tensor kept alive
+               for step in held for inputs in step.values())
+    assert session.query_bytes == LAYERS * HQ * DH * 4 * (PROMPT_TOKENS + STEPS)
+
+
+def test_a_closed_session_recomputes_by_running_the_context_again(loaded):
+    session = InferenceSession(loaded, SamplingSettings(max_new_tokens=3), attention_budget_bytes=0)
+    session.prefill("abcdefghij", use_chat_template=False)
+    session.decode_step()
+    kept_ids, recomputed = list(session.ids), session.attention_probs(1, 2)
+    session._cache = None  # as a sliding-window layer that dropped early keys: the cache cannot serve
+    fed = []
+    handle = loaded.model.model.embed_tokens.register_forward_pre_hook(lambda m, args: fed.append(list(args[0].shape)))
+    try:
+        rerun = session.attention_probs(1, 2)
+    finally:
+        handle.remove()
+    assert fed == [[1, len(kept_ids) - 1]]  # the step's whole context, once
+    np.testing.assert_allclose(rerun, recomputed, atol=1e-6)

@@ -159,26 +159,30 @@ def test_cached_decode_logits_equal_a_full_recompute(steps, loaded):
     np.testing.assert_allclose(traces[-1].logits, full, atol=1e-4, rtol=1e-4)
 
 
-def test_recomputed_attention_equals_the_kept_one(steps, loaded):
+def test_recomputed_attention_equals_the_kept_one_bit_for_bit(steps, loaded):
     session, traces = steps
     lean = InferenceSession(loaded, SamplingSettings(max_new_tokens=10), attention_budget_bytes=0)
     lean_traces = [lean.prefill(PROMPT), lean.decode_step()]
     assert all(record.probs is None for record in lean_traces[0].attention)
     for step in (0, 1):
         for layer in (0, 2):
-            np.testing.assert_allclose(lean.attention_probs(step, layer), traces[step].attention[layer].probs,
-                                       atol=1e-5)
+            recomputed, kept = lean.attention_probs(step, layer), traces[step].attention[layer].probs
+            if lean._cache.layers[layer].keys.shape[-2] == lean.traces[-1].context_length:  # from the queries
+                np.testing.assert_array_equal(recomputed, kept)
+            else:  # a sliding-window layer without its early keys reruns the context: other GEMM shapes
+                np.testing.assert_allclose(recomputed, kept, rtol=0, atol=1e-6)
 
 
 def test_kept_attention_stays_within_the_session_budget_oldest_first(loaded):
     layer_bytes = HQ * 30 * 30 * 4  # one prefill layer of a 30-token prompt
-    session = InferenceSession(loaded, attention_budget_bytes=2 * layer_bytes)
+    query_bytes = DIMS["num_hidden_layers"] * HQ * DH * 4 * 33  # the queries of the prefill and 3 steps, always kept
+    session = InferenceSession(loaded, attention_budget_bytes=query_bytes + 2 * layer_bytes)
     prefill = session.prefill("x" * 30, use_chat_template=False)
     assert [r.probs is not None for r in prefill.attention] == [True, True, False]
     for _ in range(3):
         session.decode_step()
     kept = [r.probs.nbytes for t in session.traces for r in t.attention if r.probs is not None]
-    assert sum(kept) <= 2 * layer_bytes
+    assert session.query_bytes == query_bytes and sum(kept) <= 2 * layer_bytes
     assert prefill.attention[0].probs is None  # the oldest matrix went first
     assert all(r.probs is not None for r in session.traces[-1].attention)
     np.testing.assert_allclose(session.attention_probs(0, 0).sum(-1), 1.0, atol=1e-5)

@@ -1,0 +1,103 @@
+"""Eager attention's arithmetic for grouped-query attention, without repeat_kv's copy of the cache.
+
+Query head h reads KV head h // g (g = h_q / h_kv, transformers' `repeat_kv`), so the query heads at
+offset i of every group (h = j·g + i) pair with KV heads j = 0..h_kv-1 as they lie. Each product here
+is the [T, d_h] x [d_h, n] GEMM eager attention (`eager_attention_forward` in modeling_llama.py) runs
+per head, on the same values, so the results are eager's bit for bit
+(tests/integration/test_faithfulness.py) with no g copies of K and V written at every step.
+
+Tensors in the grouped layout are [g, B, h_kv, T, ...]: query head j·g + i sits at [i, :, j].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionInputs:
+    """What one layer's attention probabilities are computed from, besides the cached keys.
+
+    Attributes:
+        query: [h_q, T, d_h] after RoPE (batch row 0), in the model's dtype, on its device.
+        scaling: the factor the scores are multiplied by (1 / sqrt(d_h) for most families).
+        softcap: Gemma-style logit soft-capping, None elsewhere.
+    """
+
+    query: torch.Tensor
+    scaling: float
+    softcap: float | None
+
+
+def grouped_scores(query: torch.Tensor, key: torch.Tensor, scaling: float, softcap: float | None,
+                   attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """Q·Kᵀ · scaling (soft-capped), plus the additive mask, as eager attention computes them.
+
+    Args:
+        query: [B, h_q, T, d_h] after RoPE.
+        key: [B, h_kv, n, d_h].
+        attention_mask: additive float mask [B, 1, T, >= n] (0 or the dtype's minimum), or None.
+
+    Returns:
+        [g, B, h_kv, T, n] in the query's dtype.
+    """
+    batch, h_q, q_len, _ = query.shape
+    h_kv, n = key.shape[1], key.shape[2]
+    group = h_q // h_kv
+    scores = query.new_empty(group, batch, h_kv, q_len, n)
+    for i in range(group):
+        torch.matmul(query[:, i::group], key.transpose(2, 3), out=scores[i])
+    scores.mul_(scaling)  # in place where eager makes a new tensor (same values): 150 MB a layer at 2k tokens
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        scores.add_(attention_mask[:, :, :, :n])
+    return scores
+
+
+def softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Row-wise softmax in float32, cast back to the scores' dtype, as eager attention does."""
+    return nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+
+
+def grouped_weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """P·V from grouped probabilities [g, B, h_kv, T, n] and values [B, h_kv, n, d_h], merged into
+    [B, T, h_q, d_h] (eager's `transpose(1, 2).contiguous()` of its [B, h_q, T, d_h] output)."""
+    group, batch, h_kv, q_len, _ = probs.shape
+    output = probs.new_empty(group, batch, h_kv, q_len, value.shape[-1])
+    for i in range(group):
+        torch.matmul(probs[i], value, out=output[i])
+    return output.permute(1, 3, 2, 0, 4).reshape(batch, q_len, group * h_kv, value.shape[-1])
+
+
+def in_head_order(probs: torch.Tensor) -> torch.Tensor:
+    """Batch row 0 of grouped probabilities [g, B, h_kv, T, n] as [h_q, T, n] in head order (a copy)."""
+    group, _, h_kv, q_len, n = probs.shape
+    return probs[:, 0].transpose(0, 1).reshape(group * h_kv, q_len, n)
+
+
+def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor) -> np.ndarray:
+    """A step's attention probabilities from its queries and the cached keys, under a causal mask.
+
+    The mask is eager's (0, or the dtype's minimum above the diagonal: `transformers.masking_utils`),
+    so the values are the ones the step computed, bit for bit. Only for keys every query could see
+    when it ran (no sliding window cut them).
+
+    Args:
+        inputs: the step's queries [h_q, T, d_h] (the last T of the n positions) and scaling.
+        keys: [1, h_kv, n, d_h], the cache's keys of positions 0..n-1.
+
+    Returns:
+        [h_q, T, n] float32 numpy, rows sum to 1.
+    """
+    query = inputs.query[None]
+    q_len, n = query.shape[2], keys.shape[2]
+    mask = torch.full((q_len, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
+    mask.triu_(n - q_len + 1)  # query r sits at position n - T + r and sees keys 0..n - T + r
+    with torch.inference_mode():
+        probs = softmax(grouped_scores(query, keys, inputs.scaling, inputs.softcap, mask[None, None]))
+        return in_head_order(probs).to(torch.float32).cpu().numpy()
