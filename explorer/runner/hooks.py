@@ -61,6 +61,7 @@ class StepRecorder:
         keep_attention: (layer, [h_q, q_len, kv_len], bytes of the layer's queries, which are always
             kept) -> whether to copy that layer's probabilities too.
         stop_after_layer: end the pass with `StopForward` once this layer's attention is captured.
+        on_layer: called with each layer's index once its attention has run (a progress report).
     """
 
     def __init__(
@@ -68,8 +69,10 @@ class StepRecorder:
         clock: Clock = time.perf_counter,
         keep_attention: Callable[[int, Shape, int], bool] = lambda layer, shape, query_bytes: True,
         stop_after_layer: int | None = None,
+        on_layer: Callable[[int], None] | None = None,
     ) -> None:
         self.clock = clock
+        self.on_layer = on_layer
         self.keep_attention = keep_attention
         self.stop_after_layer = stop_after_layer
         self.events: dict[str, Event] = {}
@@ -111,6 +114,8 @@ class StepRecorder:
             self.attention_inputs[layer] = inputs
             if self.keep_attention(layer, shape, inputs.query.nbytes):
                 self._pending_attention[layer] = in_head_order(probs).detach().to(torch.float32)
+        if self.on_layer is not None:
+            self.on_layer(layer)
         if layer == self.stop_after_layer:
             raise StopForward
 

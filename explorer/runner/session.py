@@ -11,6 +11,7 @@ import math
 import threading
 import time
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -119,6 +120,7 @@ class InferenceSession:
         use_chat_template: bool = True,
         system_prompt: str | None = None,
         prompt_tokens: int | None = None,
+        on_layer: Callable[[int, int], None] | None = None,
     ) -> StepTrace:
         """Run the whole prompt through the model on a fresh cache and choose the first token.
 
@@ -127,6 +129,8 @@ class InferenceSession:
             use_chat_template: wrap the prompt in the tokenizer's chat template (where it has one).
             system_prompt: an optional system message for the chat template.
             prompt_tokens: a prompt given as a token count T (ids are placeholders: shape-only mode).
+            on_layer: called as (layer index, layer count) once each layer's attention has run, to show
+                a long prefill's progress.
 
         Raises:
             PromptError: empty prompt, a lone surrogate in the prompt or system prompt, no tokenizer for
@@ -142,7 +146,9 @@ class InferenceSession:
             self.ids, self.generated, self.traces, self._failed_step = list(ids), [], [], None
             self._attention_inputs = []
             self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
-            return self._step("prefill", ids, {"tokenize": tokenize})
+            n_layers = self.loaded.model.config.num_hidden_layers
+            report = None if on_layer is None else lambda layer: on_layer(layer, n_layers)
+            return self._step("prefill", ids, {"tokenize": tokenize}, report)
 
     def decode_step(self, settings: SamplingSettings | None = None) -> StepTrace:
         """Feed the last chosen token through the model and choose the next one.
@@ -159,7 +165,7 @@ class InferenceSession:
             self._check_can_decode()
             if settings is not None:
                 self.settings = settings
-            return self._step("decode", [self.generated[-1]], {})
+            return self._step("decode", [self.generated[-1]], {}, None)
 
     def _check_can_decode(self) -> None:
         if not self.traces:
@@ -253,18 +259,19 @@ class InferenceSession:
             return tokenizer(text, add_special_tokens=False)["input_ids"]
         return tokenizer(prompt)["input_ids"]
 
-    def _step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord]) -> StepTrace:
+    def _step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord], on_layer) -> StepTrace:
         """Run one step. Any failure once the forward pass has begun (the cache may hold part of the
         step, the ids the chosen token) marks the session failed, so no later step builds on it."""
         try:
-            return self._run_step(stage, new_ids, extra)
+            return self._run_step(stage, new_ids, extra, on_layer)
         except Exception as exc:
             self._failed_step = f"{type(exc).__name__}: {exc}"
             raise
 
-    def _run_step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord]) -> StepTrace:
+    def _run_step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord], on_layer) -> StepTrace:
         model = self.loaded.model
-        recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self._attention_keeper())
+        recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self._attention_keeper(),
+                                on_layer=on_layer)
         input_ids = torch.tensor([new_ids], device=self.loaded.device)
         with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
             start = time.perf_counter()

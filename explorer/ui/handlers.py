@@ -56,6 +56,14 @@ def shows_errors(handler):
     return wrapped
 
 
+def _layer_progress(progress: gr.Progress):
+    """A prefill's `on_layer` callback that moves Gradio's progress bar on the status line."""
+    def on_layer(layer: int, n_layers: int) -> None:
+        progress((layer + 1) / n_layers, desc=f"Prefill: layer {layer + 1} of {n_layers}")
+
+    return on_layer
+
+
 def settings_from(do_sample: bool, temperature: float, top_k: float, top_p: float, min_p: float,
                   seed: float, max_new_tokens: float) -> SamplingSettings:
     """Sampling settings from the controls' values (`SamplingSettings.from_controls`).
@@ -78,21 +86,29 @@ class ServedHandlers:
         self.served = served
 
     @shows_errors
-    def on_prefill_click(self, request: gr.Request | None, model_choice: str, custom_model: str, prompt: str,
-                         prompt_tokens: float | None, use_chat_template: bool, system_prompt: str, *controls):
-        """Start a new session on the chosen model: run the prefill of `prompt` (or, for a shape-only
-        model without a tokenizer, of `prompt_tokens` placeholder tokens). Returns the step outputs."""
+    def on_prefill_click(self, request: gr.Request | None, progress: gr.Progress | None = gr.Progress(), *inputs):
+        """Start a new session on the chosen model: run the prefill of the prompt (or, for a shape-only
+        model without a tokenizer, of a count of placeholder tokens), its progress shown layer by layer.
+
+        Args:
+            inputs: model choice, custom model, prompt, prompt tokens, chat template on, system prompt,
+                then the sampling and view controls.
+
+        Returns the step outputs."""
+        model_choice, custom_model, prompt, prompt_tokens, use_chat_template, system_prompt, *controls = inputs
         sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
         settings = _allowed(settings_from(*sampling), self.served.limits)
         loaded = self.served.registry.get(model_choice, custom_model)
         session = InferenceSession(loaded, settings, max_prompt_tokens=self.served.limits.max_prompt_tokens,
                                    limit_advice=self.served.limit_advice())
         self.served.live.check_room(_page(request))
+        on_layer = None if progress is None else _layer_progress(progress)
         if loaded.tokenizer is None:
             # an empty box (0): "needs at least one token"
-            session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62))
+            session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62), on_layer=on_layer)
         else:
-            session.prefill(prompt, use_chat_template=use_chat_template, system_prompt=(system_prompt or "").strip() or None)
+            session.prefill(prompt, use_chat_template=use_chat_template,
+                            system_prompt=(system_prompt or "").strip() or None, on_layer=on_layer)
         visit = Visit.start(session, self.served.limits)
         self.served.live.admit(_page(request), visit)
         return step_outputs(visit, *view_controls)

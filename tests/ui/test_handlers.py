@@ -20,7 +20,7 @@ VIEW = (1, False, "h100-sxm", "attention")  # layer, average over heads, rooflin
 def prefill(served, prompt="Hi there!", sampling=GREEDY, choice=None, prompt_tokens=17, custom="", page=None):
     request = type("Request", (), {"session_hash": page})() if page else None
     return handlers.ServedHandlers(served).on_prefill_click(
-        request, choice or served.registry.default_choice, custom, prompt, prompt_tokens, False, "", *sampling, *VIEW)
+        request, None, choice or served.registry.default_choice, custom, prompt, prompt_tokens, False, "", *sampling, *VIEW)
 
 
 def meta(figure) -> dict:
@@ -212,3 +212,15 @@ def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
     np.testing.assert_allclose(heatmap.z, np.where(np.tril(np.ones((48, 48))) > 0, expected, np.nan), atol=1e-6)
     assert zoomed.layout.shapes == () and len(last.layout.shapes) == 6  # the newest row is outlined at the end
     assert next(t for t in last.data if t.type == "heatmap").z.shape == (48, 48)
+
+
+def test_a_prefill_moves_the_progress_bar_once_per_layer_and_a_decode_step_does_not(served):
+    calls = []
+    visit, *_ = handlers.ServedHandlers(served).on_prefill_click(
+        None, lambda fraction, desc: calls.append((fraction, desc)), served.registry.default_choice, "",
+        "Hi there!", 17, False, "", *GREEDY, *VIEW)
+    n_layers = len(visit.traces[0].attention)
+    assert n_layers == 3 and calls == [(1 / 3, "Prefill: layer 1 of 3"), (2 / 3, "Prefill: layer 2 of 3"),
+                                       (1.0, "Prefill: layer 3 of 3")]
+    handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    assert len(calls) == n_layers
