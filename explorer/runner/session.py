@@ -21,7 +21,7 @@ from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.runner.architectures import model_features
 from explorer.runner.assemble import assemble_ops
-from explorer.runner.detokenize import IncrementalDetokenizer
+from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
 from explorer.runner.gqa import AttentionInputs, recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.loading import LoadedModel
@@ -348,10 +348,10 @@ class InferenceSession:
         return self.loaded.tokenizer is not None and not self.loaded.shape_only
 
     def pieces(self, ids: list[int]) -> list[str]:
-        """Each token id decoded alone (what a token chip shows); "" for each in shape-only mode."""
+        """Each token id's text alone (`token_piece`: what a token chip shows); "" for each in shape-only mode."""
         if not self._has_text():
             return [""] * len(ids)
-        return [self.loaded.tokenizer.decode([i]) for i in ids]
+        return [token_piece(self.loaded.tokenizer, i) for i in ids]
 
     def _attention_keeper(self):
         kept_bytes = self.query_bytes  # of the steps before this one; this step's are added layer by layer

@@ -208,6 +208,32 @@ def on_view_change(visit: Visit | None, step: int | None, layer: int, average_he
     return _views(visit, _options(visit, step, layer, average_heads, hardware, presenter, zoom), shown)
 
 
+def model_info(visit: Visit | None):
+    """The model menu's line under its label: what the page's session runs (after a prefill)."""
+    return gr.skip() if visit is None else gr.update(info=f"In use: {visit.description}")
+
+
+@shows_errors
+def on_step_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
+                   shown: str, presenter: bool = False, zoom: str | None = None):
+    """Go to another step: its status line, its tokens outlined in the strip, the view on screen redrawn."""
+    if visit is None:
+        return tuple(gr.skip() for _ in range(2 + len(VIEWS)))
+    options = _options(visit, step, layer, average_heads, hardware, presenter, zoom)
+    return status_text(visit, options.step), _strip(visit, options.step), *_views(visit, options, shown)
+
+
+@shows_errors
+def on_layer_change(visit: Visit | None, step: int | None, layer: float | None, average_heads: bool, hardware: str,
+                    shown: str, presenter: bool = False, zoom: str | None = None):
+    """Show another layer; a number typed past the last layer (or below 0) is set back to the nearest one."""
+    if visit is None:
+        return tuple(gr.skip() for _ in range(1 + len(VIEWS)))
+    options = _options(visit, step, layer, average_heads, hardware, presenter, zoom)
+    slider = gr.skip() if layer == options.layer else gr.update(value=options.layer)
+    return slider, *_views(visit, options, shown)
+
+
 def on_tab_select(view: str):
     """The handler of a view's tab: remember it as the view on screen and draw it."""
 
@@ -252,19 +278,27 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
     n_layers = len(traces[0].kv)
     layer = _index(layer, 0, n_layers - 1)
     options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom))
-    next_piece = visit.piece(traces[-1].sampling.token_id) if traces[-1].sampling else None
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
-    return (visit, status_text(visit), token_strip_html(traces, latest, next_piece), visit.session.text, steps,
+    return (visit, status_text(visit, latest), _strip(visit, latest), visit.session.text, steps,
             gr.update(maximum=n_layers - 1, value=layer), *_views(visit, options, shown))
 
 
-def status_text(visit: Visit) -> str:
-    """The model, then one line on the latest step: tokens in, context, wall time, chosen token."""
-    trace = visit.traces[-1]
+def _strip(visit: Visit, step: int) -> str:
+    """The token strip with `step`'s tokens outlined and the token the last step chose dashed."""
+    last = visit.traces[-1]
+    return token_strip_html(visit.traces, step, visit.piece(last.sampling.token_id) if last.sampling else None)
+
+
+def status_text(visit: Visit, step: int) -> str:
+    """The model, then one line on the step shown: tokens in, context, wall time, chosen token (and,
+    for an earlier step, which step is the latest)."""
+    trace = visit.traces[step]
     source = "a saved run, shown without the model: " if isinstance(visit.session, SavedSession) else ""
     line = f"{source}{visit.description}\n\n**{step_label(trace)}**: {_step_summary(trace)}"
     if trace.finished:
         line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."
+    if step != len(visit.traces) - 1:
+        line += f". An earlier step: the latest is {step_label(visit.traces[-1])}."
     return line
 
 

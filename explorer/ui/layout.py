@@ -190,8 +190,9 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
     # Progress (and an error's mark) on the status line only: the views stay readable meanwhile.
     model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]]}
     outputs, views = _step_outputs(c), _view_controls(c)
-    c["prefill_btn"].click(app.on_prefill_click, [*c["prompt"], *c["sampling"], *views],
-                           outputs, api_name="prefill", trigger_mode="always_last", **model_run)
+    prefill = c["prefill_btn"].click(app.on_prefill_click, [*c["prompt"], *c["sampling"], *views],
+                                     outputs, api_name="prefill", trigger_mode="always_last", **model_run)
+    prefill.success(handlers.model_info, c["visit"], c["prompt"][0], api_visibility="private", show_progress="hidden")
     # every click on Next token is one step, run in order, even while the previous one runs
     c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *c["sampling"], *views], outputs,
                           api_name="decode", trigger_mode="multiple", **model_run)
@@ -220,9 +221,11 @@ def _wire_views(c: dict) -> None:
     plots = c["plots"]
     view_inputs = [c["visit"], c["step"], c["layer"], c["average"], c["hardware"]]
     change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"]]
-    for control in (c["step"], c["layer"], c["average"], c["zoom"]):
-        control.input(handlers.on_view_change, change_inputs, plots, concurrency_id=MODEL_QUEUE,
-                      show_progress="minimal")
+    redraw = {"concurrency_id": MODEL_QUEUE, "show_progress": "minimal"}
+    c["step"].input(handlers.on_step_change, change_inputs, [c["status"], c["strip"], *plots], **redraw)
+    c["layer"].input(handlers.on_layer_change, change_inputs, [c["layer"], *plots], **redraw)
+    for control in (c["average"], c["zoom"]):
+        control.input(handlers.on_view_change, change_inputs, plots, **redraw)
     c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, concurrency_id=MODEL_QUEUE)
     for view, tab, plot in zip(VIEWS, c["tabs"], plots, strict=True):
         tab.select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"]], [c["shown"], plot],

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from explorer.config import SamplingSettings
 from explorer.errors import SamplingSettingsError
-from explorer.runner.detokenize import IncrementalDetokenizer
+from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
 from explorer.runner.sampling import resample, sample_next_token
 
 # softmax([2, 1, 0, -1, -3]) = [0.6411, 0.2359, 0.0868, 0.0319, 0.0043]
@@ -103,3 +103,11 @@ def test_incremental_detokenisation_holds_back_partial_utf8(embedded_model):
     assert "".join(deltas) == text
     assert not any("\ufffd" in d for d in deltas)
     assert "" in deltas  # the emoji and the CJK characters span several byte-level tokens
+
+
+@pytest.mark.real_model
+def test_a_token_holding_part_of_a_character_shows_its_bytes_not_a_replacement_mark(embedded_model):
+    tokenizer = embedded_model.tokenizer
+    ids = tokenizer("I love 🦙 naïve", add_special_tokens=False)["input_ids"]
+    pieces = [token_piece(tokenizer, i) for i in ids]
+    assert pieces == ["I", " love", " \\xf0\\x9f", "\\xa6", "\\x99", " na", "ïve"]  # 🦙 is f0 9f a6 99

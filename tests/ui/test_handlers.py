@@ -6,6 +6,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
+from explorer.journey import step_label
 from explorer.ui import handlers
 from explorer.ui.hosting import HOSTED, LOCAL, Limits, Served
 from explorer.ui.models import SHAPE_ONLY_PREFIX, ModelRegistry
@@ -224,3 +225,31 @@ def test_a_prefill_moves_the_progress_bar_once_per_layer_and_a_decode_step_does_
                                        (1.0, "Prefill: layer 3 of 3")]
     handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert len(calls) == n_layers
+
+
+def test_going_back_a_step_names_it_on_the_status_line_and_outlines_its_tokens(served):
+    visit, *_ = prefill(served)
+    for _ in range(3):
+        handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    status, strip, *figures = handlers.on_step_change(visit, 1, 0, False, "h100-sxm", "journey")
+    first = visit.traces[1]
+    assert status.endswith(f". An earlier step: the latest is {step_label(visit.traces[3])}.")
+    assert f"**{step_label(first)}**: 1 token(s) in, context n = {first.context_length}," in status
+    assert strip.count(" shown") == 1 and f'tok generated shown" title="id {first.input_ids[0]} ' in strip
+    assert meta(figures[0]) == {"view": "journey", "step": 1} and figures[1:] == [gr.skip()] * 4
+    latest, strip, *_ = handlers.on_step_change(visit, 3, 0, False, "h100-sxm", "journey")
+    assert "earlier step" not in latest and strip.count(" shown") == 1
+
+
+@pytest.mark.parametrize("typed, expected", [(99, 2), (-4, 0), (float("nan"), 0), (2, None)])
+def test_a_layer_typed_out_of_range_is_set_back_to_the_nearest_layer(served, typed, expected):
+    visit, *_ = prefill(served)
+    slider, figure, *_ = handlers.on_layer_change(visit, 0, typed, False, "h100-sxm", "journey")
+    assert slider == (gr.skip() if expected is None else gr.update(value=expected))
+    assert figure.layout.title.text.startswith(f"Journey through layer {2 if expected is None else expected}:")
+
+
+def test_after_a_prefill_the_model_menu_says_which_model_the_session_runs(served):
+    visit, *_ = prefill(served)
+    assert handlers.model_info(visit) == gr.update(info=f"In use: {visit.description}")
+    assert visit.description.startswith("tiny") and handlers.model_info(None) == gr.skip()
