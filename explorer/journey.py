@@ -42,8 +42,11 @@ def shape_text(shape: list[int]) -> str:
 
 
 def ms_text(op: OpRecord) -> str:
-    """Wall time with two decimals, or "view" for a stop that launches no kernel."""
-    return "view" if op.wall_ms is None else f"{op.wall_ms:.2f}"
+    """Wall time in ms, two decimals below 100 ms and none above ("0.42", "113"), or "view" for a
+    stop that launches no kernel."""
+    if op.wall_ms is None:
+        return "view"
+    return f"{op.wall_ms:.2f}" if op.wall_ms < 100 else f"{op.wall_ms:.0f}"
 
 
 def step_label(trace: StepTrace) -> str:

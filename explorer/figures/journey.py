@@ -89,7 +89,7 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> 
     vocab = _vocab(prefill)
     layout, cells = subplot_grid(
         [_column_title(prefill), "wall time", _column_title(decode) if decode else "decode", "wall time" if decode else ""],
-        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012, column_widths=[0.38, 0.12, 0.38, 0.12])
+        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012, column_widths=[0.36, 0.14, 0.36, 0.14])
     data = _column(rows, vocab, cells[1, 1], cells[1, 2])
     if decode is None:
         layout["annotations"].append({"text": "run a decode step", "showarrow": False, "y": 0.5, "xref": "paper",
@@ -125,7 +125,7 @@ def _column(ops: list[OpRecord], vocab: int, shapes_cell: dict, wall_cell: dict)
         {**common, **wall_cell, "name": "wall time", "x": walls, "marker": {"color": colours},
          "text": [ms_text(op) for op in ran], "textposition": "outside", "cliponaxis": False},
         {"type": "scatter", **shapes_cell, "x": np.full(len(ops), 0.015, np.float32), "y": [op.name for op in ops],
-         "mode": "text", "text": [_fit(_flow(op)) for op in ops], "textposition": "middle right",
+         "mode": "text", "text": [_fit(_flow(op)) for op in ops], "textposition": "middle right", "cliponaxis": True,
          "textfont": {"family": "monospace", "size": 11}, "hoverinfo": "skip", "showlegend": False},
     ]
 
@@ -152,8 +152,8 @@ def _style_axes(layout: dict, rows: list[OpRecord], traces: list[StepTrace]) -> 
         layout[f"xaxis{col if col > 1 else ''}"].update(range=[0, 1], visible=False)
     for col, trace in zip((2, 4), traces, strict=False):
         longest = max((op.wall_ms or 0.0 for op in trace.ops), default=0.0)
-        top = math.log10(max(longest, MIN_BAR_MS)) + 1.2  # room for the "12.34" label past the longest bar
-        decades = list(range(round(math.log10(MIN_BAR_MS)), math.floor(top) + 1, 2))
+        top = math.log10(max(longest, MIN_BAR_MS)) + 2.5  # room for the "12.34" label past the longest bar
+        decades = list(range(round(math.log10(MIN_BAR_MS)), math.floor(top) + 1, 3))
         layout[f"xaxis{col}"].update(type="log", range=[math.log10(MIN_BAR_MS), top],
                                      title={"text": "ms (log scale)"}, tickvals=[10.0**k for k in decades],
                                      ticktext=[f"{10.0**k:g}" for k in decades], tickangle=0)

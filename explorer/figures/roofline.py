@@ -74,7 +74,7 @@ def roofline_figure(spec: ModelSpec, prefill: StepTrace, decode: StepTrace | Non
     x, y = roof_line(hardware, peak, min(intensities, default=1.0) / 3, max(intensities, default=1.0) * 3)
     lowest = min([y[0]] + [cost.flops / s for ops in measured_by_stage.values() for cost, s in ops])
     scale, unit = flops_unit(peak)
-    roof_title = f"Roofline of {hardware.name} ({peak_dtype} peak), operators summed over layers"
+    roof_title = f"Roofline of {hardware.name} ({peak_dtype} peak)<br>operators summed over layers"
     layout, cells = subplot_grid([roof_title, "Time lower bound per operator"], rows=1, cols=2,
                                  column_widths=[0.64, 0.36], horizontal_spacing=0.2)
     data = roof_traces(hardware, (x, y), scale, unit)
@@ -94,7 +94,7 @@ def roofline_figure(spec: ModelSpec, prefill: StepTrace, decode: StepTrace | Non
     layout.update(barmode="group", legend={"orientation": "h", "x": 0, "y": -0.14, "yanchor": "top"})
     fig = go.Figure(data=data, layout=layout)
     base_layout(fig, "roofline", step, _conclusion([r for _, r in stages]), height=580)
-    return set_layout(fig, margin={"l": 60, "r": 20, "t": 60, "b": 90})
+    return set_layout(fig, margin={"l": 60, "r": 20, "t": 90, "b": 90})
 
 
 def _roofline(spec: ModelSpec, trace: StepTrace, hardware: Hardware) -> StepRoofline:

@@ -66,7 +66,7 @@ def sampling_figure(record: SamplingRecord, token_piece: Callable[[int], str], s
                   legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "top"})
     fig = go.Figure(data=data, layout=layout)
     base_layout(fig, "sampling", step, f"Sampling, step {step}: {_draw_summary(record, token_piece)}", height=740)
-    return set_layout(fig, margin={"l": 60, "r": 20, "t": 95, "b": 40})
+    return set_layout(fig, margin={"l": 60, "r": 20, "t": 115, "b": 40})
 
 
 def token_labels(token_ids: list[int], token_piece: Callable[[int], str]) -> dict[int, str]:
@@ -215,7 +215,7 @@ def _panel_titles(record: SamplingRecord, top_n: int) -> tuple[str, str, str]:
     kept = int(record.final.kept.sum())
     final = (f"Final distribution: kept {kept:,} of {vocab:,}, renormalised" if len(record.stages) > 1
              else f"Raw softmax over {vocab:,} tokens (greedy takes the argmax)")
-    return f"Top {top_n} tokens by raw probability through each stage: {steps} (× = removed)", curve, final
+    return f"Top {top_n} tokens by raw probability through each stage<br>{steps} (× = removed)", curve, final
 
 
 def _stage_setting(record: SamplingRecord, name: str) -> str:

@@ -157,8 +157,9 @@ PRESENTER_SCALE = 1.5  # text size on a projector, relative to a laptop screen (
 
 
 def presenter_style(fig: go.Figure) -> go.Figure:
-    """Restyle `fig` for a projector, in place: every text `PRESENTER_SCALE` times larger, black on
-    white, thicker axis lines, and the figure taller so the larger text still fits."""
+    """Restyle `fig` for a projector, in place: every text (titles, ticks, annotations, text on the
+    traces) `PRESENTER_SCALE` times larger, black on white, thicker axis lines, and the figure and its
+    margins as much taller and wider so the larger text still fits."""
     def scaled(font) -> dict:
         font = font.to_plotly_json() if font is not None else {}
         return {**font, "size": round((font.get("size") or FONT_SIZE) * PRESENTER_SCALE), "color": "#000000"}
@@ -170,8 +171,13 @@ def presenter_style(fig: go.Figure) -> go.Figure:
                                                                       "font": scaled(layout[key].title.font)}}
             for key in layout.to_plotly_json() if key.startswith(("xaxis", "yaxis"))}
     title = {**layout.title.to_plotly_json(), "font": scaled(layout.title.font)}
-    return set_layout(fig, font=scaled(layout.font), annotations=annotations, title=title,
-                      height=round((layout.height or 520) * 1.25), **axes)
+    for trace in fig.data:
+        if getattr(trace, "text", None) is not None and "textfont" in trace:
+            trace.textfont = scaled(trace.textfont)
+    margin = {side: round((layout.margin[side] or 0) * PRESENTER_SCALE) if side != "r" else layout.margin[side]
+              for side in ("l", "r", "t", "b")}  # room for the larger titles, ticks and legends
+    return set_layout(fig, font=scaled(layout.font), annotations=annotations, title=title, margin=margin,
+                      height=round((layout.height or 520) * PRESENTER_SCALE), **axes)
 
 
 def empty_figure(view: str, message: str) -> go.Figure:

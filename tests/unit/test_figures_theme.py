@@ -6,7 +6,16 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
-from explorer.figures.theme import TEMPLATE, axis_key, base_layout, empty_figure, set_layout, subplot_grid
+from explorer.figures.theme import (
+    FONT_SIZE,
+    TEMPLATE,
+    axis_key,
+    base_layout,
+    empty_figure,
+    presenter_style,
+    set_layout,
+    subplot_grid,
+)
 
 
 def test_a_grid_matches_make_subplots_and_each_call_gets_its_own_copy():
@@ -52,3 +61,18 @@ def test_empty_figure_carries_its_message_and_meta():
     assert fig.layout.annotations[0].text == "Run a prefill first"
     assert fig.layout.meta == {"view": "sampling", "step": None}
     assert not fig.data and fig.layout.xaxis.visible is False
+
+
+def test_presenter_style_scales_every_text_the_margins_and_the_height_and_keeps_the_marker():
+    fig = go.Figure([{"type": "scatter", "x": [1], "y": [2], "mode": "text", "text": ["a"], "textfont": {"size": 10}},
+                     {"type": "bar", "x": [1], "y": [2]}])
+    base_layout(fig, "journey", 3, "title", height=400)
+    set_layout(fig, annotations=[{"text": "note", "font": {"size": 12}}], xaxis={"tickfont": {"size": 14}},
+               margin={"l": 60, "r": 20, "t": 90, "b": 40})
+    presenter_style(fig)
+    layout = fig.layout
+    assert fig.data[0].textfont.size == 15 and fig.data[1].textfont.size is None  # a trace without text keeps none
+    assert layout.annotations[0].font.size == 18 and layout.xaxis.tickfont.size == 21
+    assert layout.title.font.size == round(FONT_SIZE * 1.5) and layout.font.color == "#000000"
+    assert (layout.margin.l, layout.margin.r, layout.margin.t, layout.margin.b) == (90, 20, 135, 60)
+    assert layout.height == 600 and layout.meta == {"view": "journey", "step": 3}
