@@ -190,14 +190,18 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
     # Progress (and an error's mark) on the status line only: the views stay readable meanwhile.
     model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]]}
     outputs, views = _step_outputs(c), _view_controls(c)
-    prefill = c["prefill_btn"].click(app.on_prefill_click, [*c["prompt"], *c["sampling"], *views],
-                                     outputs, api_name="prefill", trigger_mode="always_last", **model_run)
+    run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *c["sampling"], *views], outputs,
+                             api_name="run", trigger_mode="always_last", **model_run)
+    # a new prefill or a reset stops a run of N tokens after the step in flight (the steps taken are kept); a
+    # cancel of its own, as an event that waits in the model queue behind the run would cancel nothing
+    for button in (c["prefill_btn"], c["reset_btn"]):
+        button.click(None, cancels=[run])
+    prefill = c["prefill_btn"].click(app.on_prefill_click, [*c["prompt"], *c["sampling"], *views], outputs,
+                                     api_name="prefill", trigger_mode="always_last", **model_run)
     prefill.success(handlers.model_info, c["visit"], c["prompt"][0], api_visibility="private", show_progress="hidden")
     # every click on Next token is one step, run in order, even while the previous one runs
     c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *c["sampling"], *views], outputs,
                           api_name="decode", trigger_mode="multiple", **model_run)
-    c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *c["sampling"], *views], outputs,
-                       api_name="run", trigger_mode="always_last", **model_run)
     c["reset_btn"].click(app.on_reset_click, None, outputs, api_name="reset")
 
 

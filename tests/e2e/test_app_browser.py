@@ -215,3 +215,23 @@ def test_a_shared_link_fills_the_prompt_and_the_settings(browser, app_url):
     expect(other.locator("#share-link textarea")).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?prompt="
                                                                           r"Bonjour\+%C3%A0\+tous&.*temperature=1\.3"))
     other.close()
+
+
+def test_a_new_prefill_stops_a_run_of_n_tokens(browser, app_url):
+    from playwright.sync_api import expect
+
+    other = browser.new_page(viewport={"width": 1400, "height": 1000})
+    other.set_default_timeout(TIMEOUT_MS)
+    other.goto(app_url)
+    other.locator("#prompt-box textarea").fill("Write a long story about a dragon who learns to bake bread.")
+    other.locator("#prefill-btn").click()
+    expect(other.locator("#status")).to_contain_text("prefill:")
+    other.locator("#run-count input").fill("60")
+    other.locator("#run-btn").click()
+    expect(other.locator("#status")).to_contain_text(re.compile(r"step \d+: "))  # the run is under way
+    other.locator("#prompt-box textarea").fill("Name a colour.")
+    other.locator("#prefill-btn").click()
+    expect(other.locator("#status")).to_contain_text("prefill:", timeout=3_000)  # not after the 60 steps
+    other.wait_for_timeout(2_000)
+    assert "prefill:" in status(other)  # the run sends no more steps
+    other.close()
