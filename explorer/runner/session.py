@@ -7,7 +7,6 @@ per-model lock, and the hooks are attached for the duration of one call only.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 import weakref
@@ -21,8 +20,9 @@ from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.runner.architectures import model_features
 from explorer.runner.assemble import assemble_ops
+from explorer.runner.attention_store import AttentionStore
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
-from explorer.runner.gqa import AttentionInputs, recompute_probs
+from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.loading import LoadedModel
 from explorer.runner.sampling import sample_next_token
@@ -76,7 +76,7 @@ class InferenceSession:
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
         self.traces: list[StepTrace] = []
-        self._attention_inputs: list[dict[int, AttentionInputs]] = []  # per step, by layer
+        self._attention = AttentionStore(attention_budget_bytes)
         self.ids: list[int] = []
         self.generated: list[int] = []
         self._generator = torch.Generator().manual_seed(self.settings.seed)
@@ -102,13 +102,13 @@ class InferenceSession:
     def query_bytes(self) -> int:
         """Bytes of the post-RoPE queries the session keeps (every step, every layer) to recompute the
         attention it does not keep: h_q x T x d_h values a layer for the prefill, h_q x d_h a decode step."""
-        return sum(inputs.query.nbytes for step in self._attention_inputs for inputs in step.values())
+        return self._attention.query_bytes
 
     def close(self) -> None:
         """Free the KV cache, the traces and the ids (the page that held this session closed)."""
         with self._step_lock:  # a step in flight finishes first
             self._cache, self.traces, self.ids, self.generated = None, [], [], []
-            self._attention_inputs = []
+            self._attention = AttentionStore(self.attention_budget_bytes)
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """Use new sampling settings from the next step on (the generator is not reseeded)."""
@@ -144,7 +144,7 @@ class InferenceSession:
         with self._step_lock:
             self._cache = DynamicCache(config=self.loaded.model.config)
             self.ids, self.generated, self.traces, self._failed_step = list(ids), [], [], None
-            self._attention_inputs = []
+            self._attention = AttentionStore(self.attention_budget_bytes)
             self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
             n_layers = self.loaded.model.config.num_hidden_layers
             report = None if on_layer is None else lambda layer: on_layer(layer, n_layers)
@@ -203,7 +203,7 @@ class InferenceSession:
             raise SessionStateError("Shape-only mode computes no attention values.")
         held = self._cache.layers[layer] if self._cache is not None else None
         if held is not None and held.keys.shape[-2] == self.traces[-1].context_length:
-            return recompute_probs(self._attention_inputs[step_index][layer], held.keys[:, :, :trace.context_length])
+            return recompute_probs(self._attention.inputs[step_index][layer], held.keys[:, :, :trace.context_length])
         return self._rerun_attention(trace, layer)
 
     def _rerun_attention(self, trace: StepTrace, layer: int) -> np.ndarray:
@@ -270,7 +270,7 @@ class InferenceSession:
 
     def _run_step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord], on_layer) -> StepTrace:
         model = self.loaded.model
-        recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self._attention_keeper(),
+        recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self._attention.keeper(),
                                 on_layer=on_layer)
         input_ids = torch.tensor([new_ids], device=self.loaded.device)
         with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
@@ -283,19 +283,8 @@ class InferenceSession:
         trace.ops = assemble_ops(stop_table(self.features, len(trace.kv), stage), recorder.events,
                                  self.features, extra)
         self.traces.append(trace)
-        self._attention_inputs.append(recorder.attention_inputs)
-        self._trim_attention()
+        self._attention.add(trace, recorder.attention_inputs)
         return trace
-
-    def _trim_attention(self) -> None:
-        """Drop kept attention matrices, oldest step first, until they fit beside the queries in the budget."""
-        records = [r for t in self.traces for r in t.attention if r.probs is not None]
-        kept_bytes = sum(r.probs.nbytes for r in records)
-        for record in records:
-            if kept_bytes <= self.attention_budget_bytes - self.query_bytes:
-                break
-            kept_bytes -= record.probs.nbytes
-            record.probs = None
 
     def _trace(self, stage: str, new_ids: list[int], recorder: StepRecorder, wall_ms: float) -> StepTrace:
         kv = [
@@ -352,20 +341,6 @@ class InferenceSession:
         if not self._has_text():
             return [""] * len(ids)
         return [token_piece(self.loaded.tokenizer, i) for i in ids]
-
-    def _attention_keeper(self):
-        kept_bytes = self.query_bytes  # of the steps before this one; this step's are added layer by layer
-
-        def keep(layer: int, shape: list[int], query_bytes: int) -> bool:
-            nonlocal kept_bytes
-            kept_bytes += query_bytes
-            size = math.prod(shape) * 4
-            if kept_bytes + size > self.attention_budget_bytes:
-                return False
-            kept_bytes += size
-            return True
-
-        return keep
 
 
 def _check_unicode(text: str, what: str) -> None:

@@ -152,7 +152,7 @@ def test_recomputing_attention_runs_no_model_it_takes_the_kept_queries_and_the_c
 
 def test_the_session_keeps_each_steps_post_rope_queries_and_no_more(run):
     session, _ = run
-    held = session._attention_inputs
+    held = session._attention.inputs
     assert len(held) == STEPS + 1
     assert [list(held[0][layer].query.shape) for layer in range(LAYERS)] == [[HQ, PROMPT_TOKENS, DH]] * LAYERS
     assert all(list(held[step][layer].query.shape) == [HQ, 1, DH] for step in range(1, STEPS + 1)
