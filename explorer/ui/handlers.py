@@ -201,8 +201,8 @@ def on_share_click(*values) -> str:
 @shows_errors
 def on_view_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
                    shown: str, presenter: bool = False, zoom: str | None = None):
-    """Redraw the view on screen for other view controls (the model runs only to recompute attention
-    the session gave up to stay within its memory budget)."""
+    """Redraw the view on screen for other view controls (attention the session did not keep is
+    recomputed from its queries and KV cache, in the model queue)."""
     if visit is None:
         return tuple(gr.skip() for _ in VIEWS)
     return _views(visit, _options(visit, step, layer, average_heads, hardware, presenter, zoom), shown)

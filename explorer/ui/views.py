@@ -2,8 +2,8 @@
 
 A `Visit` is what one browser tab holds (in `gr.State`): its inference session and the analysis
 spec of its model. `ViewOptions` are the view controls (step, layer, heads averaged, hardware).
-Drawing never runs the model, except to recompute attention a long session gave up to stay
-within its memory budget (`InferenceSession.attention_probs`).
+Drawing does not run the model: attention a long session did not keep within its memory budget is
+recomputed from its kept queries and KV cache (`InferenceSession.attention_probs`).
 """
 
 from __future__ import annotations
