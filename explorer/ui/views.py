@@ -3,7 +3,8 @@
 A `Visit` is what one browser tab holds (in `gr.State`): its inference session and the analysis
 spec of its model. `ViewOptions` are the view controls (step, layer, heads averaged, hardware).
 Drawing does not run the model: attention a long session did not keep within its memory budget is
-recomputed from its kept queries and KV cache (`InferenceSession.attention_probs`).
+recomputed from its kept queries and KV cache (`InferenceSession.attention_probs`; only a
+sliding-window layer that dropped early keys reruns the context).
 """
 
 from __future__ import annotations
