@@ -235,3 +235,23 @@ def test_a_new_prefill_stops_a_run_of_n_tokens(browser, app_url):
     other.wait_for_timeout(2_000)
     assert "prefill:" in status(other)  # the run sends no more steps
     other.close()
+
+
+def test_a_number_typed_out_of_range_is_set_to_the_nearest_end_without_an_error(browser, app_url):
+    from playwright.sync_api import expect
+
+    other = browser.new_page(viewport={"width": 1400, "height": 1000})
+    other.set_default_timeout(TIMEOUT_MS)
+    other.goto(app_url)
+    other.get_by_text("Sampling: greedy or sample").click()
+    for selector, typed, shown in [("#top-p input[type=number]", "5", "1"), ("#temperature input[type=number]", "-1", "0.05"),
+                                   ("#run-count input", "10000", "256"), ("#temperature input[type=number]", "0.7", "0.7")]:
+        box = other.locator(selector)
+        box.click()
+        box.press("Control+a")
+        box.press_sequentially(typed)
+        box.press("Enter")
+        expect(box).to_have_value(shown)
+    other.wait_for_timeout(1_000)
+    assert other.get_by_test_id("toast-body").count() == 0  # Gradio was never sent a value out of range
+    other.close()
