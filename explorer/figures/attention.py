@@ -59,7 +59,7 @@ def stack_attention(blocks: list[np.ndarray]) -> np.ndarray:
 
 
 def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, layer: int, step: int,
-                     new_rows: int = 0, average: bool = False, full_resolution: bool = False) -> go.Figure:
+                     new_rows: int = 0, average: bool = False, window_start: int | None = None) -> go.Figure:
     """Heatmaps of attention probabilities, one per query head grouped by KV head, or their mean.
 
     A long context is pooled so that the figure stays within `MAX_CELLS` cells (see `pool_attention`);
@@ -73,7 +73,8 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
         step: the step shown (0 = prefill), for `layout.meta`.
         new_rows: the newest query rows (the last ones) to outline, e.g. 1 for a decode step.
         average: draw one panel, the mean over the query heads.
-        full_resolution: never pool (for a window the caller has kept small).
+        window_start: the matrix is a window of the whole one, starting at this token (0-based): drawn at
+            full resolution, never pooled (the caller keeps it small), and named in the title.
 
     Returns:
         A figure with `layout.meta == {"view": "attention", "step": step}`: one heatmap trace per
@@ -89,7 +90,7 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
     group = heads // n_kv_heads
     panels = [(probs.mean(axis=0, dtype=np.float32), f"mean over {heads} query heads")] if average else [
         (probs[h], f"q head {h} · KV head {h // group}") for h in range(heads)]
-    factor = 1 if full_resolution else pooling_factor(n, len(panels))
+    factor = 1 if window_start is not None else pooling_factor(n, len(panels))
     columns = 1 if average else grid_columns(heads, group)
     grid_rows = math.ceil(len(panels) / columns)
     panel_px = _panel_px(grid_rows, columns)
@@ -109,8 +110,11 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
     _style(layout, cells, keys, queries, grid_rows, columns, panel_px)
     fig = go.Figure(data=data, layout=layout)
     what = "mean over heads" if average else f"{heads} query heads, {n_kv_heads} KV heads (GQA groups of {group})"
-    pooled = f" · a cell spans {factor} tokens" if factor > 1 else ""
-    return base_layout(fig, "attention", step, f"Attention probabilities, layer {layer}: {what}{pooled}",
+    if window_start is not None:
+        detail = f" · tokens {window_start}-{window_start + n - 1} at full resolution"
+    else:
+        detail = f" · a cell spans {factor} tokens (its queries' mean weight on its keys)" if factor > 1 else ""
+    return base_layout(fig, "attention", step, f"Attention probabilities, layer {layer}: {what}{detail}",
                        height=grid_rows * panel_px + 220)
 
 

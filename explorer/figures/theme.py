@@ -20,6 +20,7 @@ from plotly.subplots import make_subplots
 
 FONT_FAMILY = "Inter, Helvetica, Arial, sans-serif"
 FONT_SIZE = 13
+TITLE_FONT_SIZE = 17  # plotly's default title size, set so that presenter mode scales it from there
 DRAWN_TRACE_TYPES = ("bar", "scatter", "heatmap")
 UNUSED_LAYOUT_KEYS = ("polar", "ternary", "geo", "scene", "mapbox", "colorscale")
 
@@ -136,7 +137,8 @@ def base_layout(fig: go.Figure, view: str, step: int | None, title: str, height:
         title: the figure's title (kept short: one line).
         height: figure height in pixels.
     """
-    return set_layout(fig, template=TEMPLATE, title={"text": title, "x": 0.01, "xanchor": "left"},
+    return set_layout(fig, template=TEMPLATE,
+                      title={"text": title, "x": 0.01, "xanchor": "left", "font": {"size": TITLE_FONT_SIZE}},
                       font={"family": FONT_FAMILY, "size": FONT_SIZE}, height=height,
                       margin={"l": 60, "r": 20, "t": 60, "b": 50}, meta={"view": view, "step": step},
                       hoverlabel={"font": {"family": "monospace", "size": FONT_SIZE}})

@@ -157,6 +157,7 @@ def attention_view(visit: Visit, options: ViewOptions) -> go.Figure:
     blocks += [visit.session.attention_probs(step, options.layer) for step in range(1, trace.step_index + 1)]
     probs, pieces = stack_attention(blocks), visit.pieces_until(trace.step_index)
     new_rows = min(trace.step_index, 1)
+    start = None
     if options.zoom is not None:
         start = max(0, min(options.zoom, len(pieces) - ZOOM_TOKENS))
         stop = start + ZOOM_TOKENS
@@ -164,7 +165,7 @@ def attention_view(visit: Visit, options: ViewOptions) -> go.Figure:
         pieces = pieces[start:stop]
     n_kv_heads = trace.kv[options.layer].key_shape[1]
     return attention_figure(probs, pieces, n_kv_heads, options.layer, trace.step_index, new_rows=new_rows,
-                            average=options.average_heads, full_resolution=options.zoom is not None)
+                            average=options.average_heads, window_start=start)
 
 
 def kv_cache_view(visit: Visit, options: ViewOptions) -> go.Figure:

@@ -212,6 +212,9 @@ def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
     expected = visit.session.attention_probs(0, 1)[0, 10:58, 10:58]  # head 0, prefill rows and keys 10..57
     np.testing.assert_allclose(heatmap.z, np.where(np.tril(np.ones((48, 48))) > 0, expected, np.nan), atol=1e-6)
     assert zoomed.layout.shapes == () and len(last.layout.shapes) == 6  # the newest row is outlined at the end
+    assert zoomed.layout.title.text.endswith(" · tokens 10-57 at full resolution")
+    assert last.layout.title.text.endswith(f" · tokens {n - 48}-{n - 1} at full resolution")
+    assert "a cell spans" in full.layout.title.text
     assert next(t for t in last.data if t.type == "heatmap").z.shape == (48, 48)
 
 

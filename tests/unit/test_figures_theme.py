@@ -7,8 +7,8 @@ import plotly.io as pio
 import pytest
 
 from explorer.figures.theme import (
-    FONT_SIZE,
     TEMPLATE,
+    TITLE_FONT_SIZE,
     axis_key,
     base_layout,
     empty_figure,
@@ -73,6 +73,6 @@ def test_presenter_style_scales_every_text_the_margins_and_the_height_and_keeps_
     layout = fig.layout
     assert fig.data[0].textfont.size == 15 and fig.data[1].textfont.size is None  # a trace without text keeps none
     assert layout.annotations[0].font.size == 18 and layout.xaxis.tickfont.size == 21
-    assert layout.title.font.size == round(FONT_SIZE * 1.5) and layout.font.color == "#000000"
+    assert layout.title.font.size == round(TITLE_FONT_SIZE * 1.5) and layout.font.color == "#000000"
     assert (layout.margin.l, layout.margin.r, layout.margin.t, layout.margin.b) == (90, 20, 135, 60)
     assert layout.height == 600 and layout.meta == {"view": "journey", "step": 3}
