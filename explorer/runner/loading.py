@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_MODEL", "MEMORY_HEADROOM", "LoadedModel", "cache_dir", "estimate_weight_bytes",
-           "free_memory_bytes", "load", "load_model", "load_shape_only"]
+           "free_memory_bytes", "load", "load_model", "load_shape_only", "preset_has_tokenizer"]
 
 DEFAULT_MODEL = embedded.NAME
 # The shape-only preset whose vocabulary is the embedded model's (SmolLM2-135M base and Instruct share it).
@@ -311,6 +311,12 @@ def _tokenizer_or_none(source: str) -> PreTrainedTokenizerBase | None:
     except (OSError, ValueError, TypeError) as exc:
         logger.warning("No tokenizer for %s (%s); prompts will be token counts.", source, exc)
         return None
+
+
+def preset_has_tokenizer(name: str) -> bool:
+    """Whether the shape-only preset `name` gets a tokenizer here, so takes a text prompt: only SmolLM2,
+    whose vocabulary is the embedded model's, once that is converted. The others take a prompt length."""
+    return name == SMOLLM2_PRESET and embedded.is_converted(embedded.converted_dir())
 
 
 def _smollm2_tokenizer() -> PreTrainedTokenizerBase | None:

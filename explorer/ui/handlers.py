@@ -56,6 +56,11 @@ def shows_errors(handler):
     return wrapped
 
 
+def prompt_label(takes_text: bool) -> str:
+    """The prompt box's label: plain, or saying that a model without a tokenizer does not read it."""
+    return "Prompt" if takes_text else "Prompt (not used: this shape-only model has no tokenizer; set its length below)"
+
+
 def _layer_progress(progress: gr.Progress):
     """A prefill's `on_layer` callback that moves Gradio's progress bar on the status line."""
     def on_layer(layer: int, n_layers: int) -> None:
@@ -112,6 +117,13 @@ class ServedHandlers:
         visit = Visit.start(session, self.served.limits)
         self.served.live.admit(_page(request), visit)
         return step_outputs(visit, *view_controls)
+
+    def on_model_select(self, choice: str) -> tuple:
+        """The prompt controls for a menu entry: a text prompt with the chat-template controls, or, for a
+        shape-only model without a tokenizer, a prompt length (the text box then says it is not used)."""
+        text = self.served.registry.takes_text(choice)
+        return (gr.update(label=prompt_label(text)), gr.update(visible=not text), gr.update(visible=text),
+                gr.update(visible=text))
 
     def on_reset_click(self, request: gr.Request | None = None):
         """Forget the page's session (its memory is freed): empty state, status, tokens, text, steps and views."""

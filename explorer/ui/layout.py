@@ -73,7 +73,7 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
                     "at a time, and see what the model computes.")
         c["visit"] = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=app.expiry_callback())
         c["shown"] = gr.State(VIEWS[0])  # the view whose tab is selected: the only one drawn per step
-        c["prompt"] = _prompt_controls(served.registry, loaded)
+        c["prompt"] = _prompt_controls(app, loaded)
         c["sampling"] = _sampling_controls(limits)
         _examples(c["prompt"][2], c["sampling"])
         with gr.Row():
@@ -127,22 +127,26 @@ def _examples(prompt_box: gr.Textbox, sampling: list) -> None:
                 example_labels=[example["label"] for example in examples()])
 
 
-def _prompt_controls(registry: ModelRegistry, loaded: LoadedModel) -> list[gr.components.Component]:
+def _prompt_controls(app: ServedHandlers, loaded: LoadedModel) -> list[gr.components.Component]:
     """Model choice, prompt and chat template; returns them in `on_prefill_click`'s order."""
-    no_tokenizer = loaded.tokenizer is None
+    registry = app.served.registry
+    text = registry.takes_text(registry.default_choice)
     with gr.Row():
         with gr.Column(scale=3):
-            prompt_box = gr.Textbox(examples()[0]["prompt"], label="Prompt", elem_id="prompt-box", lines=3)
+            prompt_box = gr.Textbox(examples()[0]["prompt"], label=handlers.prompt_label(text), elem_id="prompt-box",
+                                    lines=3)
         with gr.Column(scale=2):
             model_select = gr.Dropdown(registry.choices(), value=registry.default_choice, label="Model",
                                        info=loaded.description, elem_id="model-select")
             custom_model = gr.Textbox(label="Or any causal LM: hub id or local folder", elem_id="custom-model",
                                       placeholder="e.g. Qwen/Qwen3-0.6B or /path/to/model")
             prompt_tokens = gr.Number(17, label="Prompt length in tokens (shape-only models without a tokenizer)",
-                                      precision=0, minimum=1, elem_id="prompt-tokens", visible=no_tokenizer)
-            chat_template = gr.Checkbox(True, label="Use the chat template", elem_id="chat-template")
-            system_prompt = gr.Textbox(label="System prompt (optional, chat template only)", elem_id="system-prompt")
-    model_select.input(lambda choice: gr.update(visible=choice.startswith("shape-only")), model_select, prompt_tokens)
+                                      precision=0, minimum=1, elem_id="prompt-tokens", visible=not text)
+            chat_template = gr.Checkbox(True, label="Use the chat template", elem_id="chat-template", visible=text)
+            system_prompt = gr.Textbox(label="System prompt (optional, chat template only)", elem_id="system-prompt",
+                                       visible=text)
+    model_select.input(app.on_model_select, model_select, [prompt_box, prompt_tokens, chat_template, system_prompt],
+                       api_visibility="private")
     return [model_select, custom_model, prompt_box, prompt_tokens, chat_template, system_prompt]
 
 

@@ -8,7 +8,7 @@ from collections import OrderedDict
 
 from explorer.config import preset_names
 from explorer.errors import ModelLoadError
-from explorer.runner.loading import LoadedModel, load_model, load_shape_only
+from explorer.runner.loading import LoadedModel, load_model, load_shape_only, preset_has_tokenizer
 
 SHAPE_ONLY_PREFIX = "shape-only: "
 # Models loaded on request besides the start-up one: each may hold GBs, so only the most
@@ -43,6 +43,13 @@ class ModelRegistry:
         if self.default.shape_only and self.default.name in preset_names():
             return SHAPE_ONLY_PREFIX + self.default.name
         return self.default.name
+
+    def takes_text(self, choice: str) -> bool:
+        """Whether the menu entry's model has a tokenizer here (a text prompt) rather than taking a
+        prompt length (a shape-only preset without one)."""
+        if choice in (self.default.name, self.default_choice):
+            return self.default.tokenizer is not None
+        return not choice.startswith(SHAPE_ONLY_PREFIX) or preset_has_tokenizer(choice.removeprefix(SHAPE_ONLY_PREFIX))
 
     def get(self, choice: str, custom: str = "") -> LoadedModel:
         """The model for a menu entry, or for `custom` (a hub id or folder) when it is not blank.

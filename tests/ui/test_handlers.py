@@ -256,3 +256,13 @@ def test_after_a_prefill_the_model_menu_says_which_model_the_session_runs(served
     visit, *_ = prefill(served)
     assert handlers.model_info(visit) == gr.update(info=f"In use: {visit.description}")
     assert visit.description.startswith("tiny") and handlers.model_info(None) == gr.skip()
+
+
+def test_a_shape_only_model_without_a_tokenizer_asks_for_a_prompt_length_and_hides_the_chat_controls(served):
+    app = handlers.ServedHandlers(served)
+    label, length, chat, system = app.on_model_select(SHAPE_ONLY_PREFIX + "qwen3-0.6b")
+    assert label == gr.update(label="Prompt (not used: this shape-only model has no tokenizer; set its length below)")
+    assert (length, chat, system) == (gr.update(visible=True), gr.update(visible=False), gr.update(visible=False))
+    label, length, chat, system = app.on_model_select(served.registry.default_choice)
+    assert label == gr.update(label="Prompt") and length == gr.update(visible=False)
+    assert chat == system == gr.update(visible=True)
