@@ -1,20 +1,33 @@
 <script>
-// A number typed outside a control's range is set to the nearest end before Gradio reads it, so the
-// box shows the value the app uses and Gradio refuses nothing. While typing, only a number no further
-// keystroke can bring back into range (above the maximum, or negative where the minimum is not) is
-// set at once; when the box is left or Enter pressed, any number out of range is.
-function clampNumberBox(event, whileTyping) {
+// Numbers out of a control's range never reach Gradio, which would refuse them with a toast, keep the
+// box as typed and mark the control's outputs with an error. While typing, a number no keystroke can
+// bring back into range (above the maximum, or negative where the minimum is not) is set to the nearest
+// end at once, and the start of a number below the minimum (the "0" of "0.7") is held back; when the
+// box is left or Enter pressed, a number still out of range is set to the nearest end and sent.
+function numberBox(event) {
   const box = event.target;
-  if (!(box instanceof HTMLInputElement) || box.type !== "number" || box.value === "") return;
-  const value = Number(box.value);
+  if (!(box instanceof HTMLInputElement) || box.type !== "number" || box.value === "") return null;
   const low = box.min === "" ? -Infinity : Number(box.min);
   const high = box.max === "" ? Infinity : Number(box.max);
-  if (whileTyping && !(value > high || (value < low && value < 0))) return;
-  const clamped = Math.min(Math.max(value, low), high);
-  if (clamped !== value) box.value = String(clamped);
+  return { box, value: Number(box.value), low, high };
 }
-document.addEventListener("input", (event) => clampNumberBox(event, true), true);
-document.addEventListener("change", (event) => clampNumberBox(event, false), true);
+document.addEventListener("input", (event) => {
+  const typed = numberBox(event);
+  if (!typed) return;
+  const { box, value, low, high } = typed;
+  if (value > high || (value < low && value < 0)) box.value = String(Math.min(Math.max(value, low), high));
+  else if (value < low) event.stopImmediatePropagation();
+}, true);
+document.addEventListener("change", (event) => {
+  const typed = numberBox(event);
+  if (!typed) return;
+  const { box, value, low, high } = typed;
+  const clamped = Math.min(Math.max(value, low), high);
+  if (clamped !== value) {
+    box.value = String(clamped);
+    box.dispatchEvent(new Event("input", { bubbles: true }));
+  }
+}, true);
 
 // Keyboard shortcuts (outside text fields): N next token, P prefill, R reset, 1-5 switch views.
 document.addEventListener("keydown", (event) => {
