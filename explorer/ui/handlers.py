@@ -235,17 +235,6 @@ def on_step_change(visit: Visit | None, step: int | None, layer: int, average_he
     return status_text(visit, options.step), _strip(visit, options.step), *_views(visit, options, shown)
 
 
-@shows_errors
-def on_layer_change(visit: Visit | None, step: int | None, layer: float | None, average_heads: bool, hardware: str,
-                    shown: str, presenter: bool = False, zoom: str | None = None):
-    """Show another layer; a number typed past the last layer (or below 0) is set back to the nearest one."""
-    if visit is None:
-        return tuple(gr.skip() for _ in range(1 + len(VIEWS)))
-    options = _options(visit, step, layer, average_heads, hardware, presenter, zoom)
-    slider = gr.skip() if layer == options.layer else gr.update(value=options.layer)
-    return slider, *_views(visit, options, shown)
-
-
 def on_tab_select(view: str):
     """The handler of a view's tab: remember it as the view on screen and draw it."""
 

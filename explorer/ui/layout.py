@@ -231,8 +231,7 @@ def _wire_views(c: dict) -> None:
     change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"]]
     redraw = {"concurrency_id": MODEL_QUEUE, "show_progress": "minimal"}
     c["step"].input(handlers.on_step_change, change_inputs, [c["status"], c["strip"], *plots], **redraw)
-    c["layer"].input(handlers.on_layer_change, change_inputs, [c["layer"], *plots], **redraw)
-    for control in (c["average"], c["zoom"]):
+    for control in (c["layer"], c["average"], c["zoom"]):
         control.input(handlers.on_view_change, change_inputs, plots, **redraw)
     c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, concurrency_id=MODEL_QUEUE)
     for view, tab, plot in zip(VIEWS, c["tabs"], plots, strict=True):

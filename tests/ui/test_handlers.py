@@ -244,14 +244,6 @@ def test_going_back_a_step_names_it_on_the_status_line_and_outlines_its_tokens(s
     assert "earlier step" not in latest and strip.count(" shown") == 1
 
 
-@pytest.mark.parametrize("typed, expected", [(99, 2), (-4, 0), (float("nan"), 0), (2, None)])
-def test_a_layer_typed_out_of_range_is_set_back_to_the_nearest_layer(served, typed, expected):
-    visit, *_ = prefill(served)
-    slider, figure, *_ = handlers.on_layer_change(visit, 0, typed, False, "h100-sxm", "journey")
-    assert slider == (gr.skip() if expected is None else gr.update(value=expected))
-    assert figure.layout.title.text.startswith(f"Journey through layer {2 if expected is None else expected}:")
-
-
 def test_after_a_prefill_the_model_menu_says_which_model_the_session_runs(served):
     visit, *_ = prefill(served)
     assert handlers.model_info(visit) == gr.update(info=f"In use: {visit.description}")
