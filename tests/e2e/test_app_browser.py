@@ -250,6 +250,7 @@ def test_a_number_typed_out_of_range_is_set_to_the_nearest_end_without_an_error(
     other.locator("#do-sample input").check()
     for selector, typed, shown in [("#top-p input[type=number]", "5", "1"), ("#temperature input[type=number]", "-1", "0.05"),
                                    ("#run-count input", "10000", "256"), ("#temperature input[type=number]", "0.7", "0.7"),
+                                   ("#layer-slider input[type=number]", "77", "29"),
                                    ("#temperature input[type=number]", "0.01", "0.05")]:
         box = other.locator(selector)
         box.click()
