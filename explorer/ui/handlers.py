@@ -2,15 +2,13 @@
 
 A handler takes the components' values, runs the session or redraws a view, and returns the
 components' new values. Only the view on screen (its tab selected) is drawn; another view is drawn
-when its tab is selected, so a step costs one figure, not five. An `ExplorerError` becomes a
-`gr.Error` toast with its message; Gradio then leaves every output as it was, so the person's
-session and the figures on screen are kept.
+when its tab is selected, so a step costs one figure, not five. Every failure becomes a toast that
+says what happened and what to do (`explorer.ui.toasts`); Gradio then leaves every output as it
+was, so the person's session and the figures on screen are kept.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import tempfile
 from pathlib import Path
@@ -18,7 +16,7 @@ from pathlib import Path
 import gradio as gr
 
 from explorer.config import SamplingSettings
-from explorer.errors import ExplorerError, SamplingSettingsError, SessionStateError
+from explorer.errors import SamplingSettingsError, SessionStateError
 from explorer.figures.theme import empty_figure
 from explorer.journey import step_label
 from explorer.runner.session import InferenceSession
@@ -26,34 +24,13 @@ from explorer.trace import StepTrace
 from explorer.ui.hosting import Limits, Served
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.saved import SavedSession, load_run, save_run
+from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.tokens import token_strip_html
 from explorer.ui.views import VIEWS, ViewOptions, Visit, render
 
 SAMPLING_INPUTS = 7  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
 EMPTY_VIEW = "Type a prompt and press Prefill."
 STEP_OUTPUTS = 6 + len(VIEWS)  # visit, status, token strip, text, step menu, layer slider, the views
-
-
-def shows_errors(handler):
-    """Turn an `ExplorerError` raised by `handler` (a function or a generator) into a `gr.Error` toast."""
-    if inspect.isgeneratorfunction(handler):
-        @functools.wraps(handler)
-        def wrapped_generator(*args, **kwargs):
-            try:
-                yield from handler(*args, **kwargs)
-            except ExplorerError as exc:
-                raise gr.Error(str(exc), title="Cannot do that", print_exception=False) from exc
-
-        return wrapped_generator
-
-    @functools.wraps(handler)
-    def wrapped(*args, **kwargs):
-        try:
-            return handler(*args, **kwargs)
-        except ExplorerError as exc:
-            raise gr.Error(str(exc), title="Cannot do that", print_exception=False) from exc
-
-    return wrapped
 
 
 def prompt_label(takes_text: bool) -> str:
@@ -265,7 +242,7 @@ def on_sampling_change(visit: Visit | None, step: int | None, *controls):
     try:
         settings = settings_from(*sampling)
     except SamplingSettingsError as exc:
-        gr.Warning(str(exc))
+        gr.Warning(toast_text(str(exc)))
         return gr.skip()
     return render(visit, _options(visit, step, 0, False, "", presenter), "sampling", preview=settings)
 
