@@ -5,7 +5,7 @@ For each view tab, `--steps` clicks on Next token with that tab open; the time i
 to the moment the tab's figure carries the new step in `layout.meta` and the status names it (only
 the view on screen is drawn per step). Bytes are what Chromium's network layer reports received
 (Network.dataReceived over CDP) between the click and that moment: the step's whole event stream.
-Targets (DESIGN.md): p50 <= 1.0 s per click, <= 500 KB per step.
+Targets: p50 <= 1.0 s per click, <= 500 KB per step.
 
 Run: python benchmarks/bench_app_browser.py [--steps 8]
 """

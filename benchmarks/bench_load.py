@@ -1,6 +1,6 @@
 """Load times of the embedded model: the one-off GGUF conversion (cold) and a load from the cache (warm).
 
-Target (issue and DESIGN.md "Models"): warm load < 2 s; the cold conversion shows progress.
+Target (the app's start-up budget): warm load < 2 s; the cold conversion shows progress.
 Run from the repo root: `HF_HUB_OFFLINE=1 PYTHONPATH=. python benchmarks/bench_load.py [--repeats 5]`
 (or without PYTHONPATH after `pip install -e .`). Converts into a temporary
 cache directory, so the user cache is neither read nor written.

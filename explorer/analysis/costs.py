@@ -87,7 +87,7 @@ def embed_cost(spec: ModelSpec, step: Step, options: CostOptions) -> OpCost:
 def lm_head_cost(spec: ModelSpec, step: Step, options: CostOptions) -> OpCost:
     """[R, d] x [d, V] with R = B (last position only, as `generate` runs it: logits_to_keep=1) or B*T.
 
-    FLOPs 2*R*d*V (shared/DOMAIN.md; LLM-Viewer drops the factor 2 here).
+    FLOPs 2*R*d*V (docs/concepts.md; LLM-Viewer drops the factor 2 here).
     """
     rows = step.rows if options.lm_head_all_positions else step.batch
     return linear_cost("lm_head", None, rows, spec.hidden_size, spec.vocab_size, options.precision)
@@ -166,7 +166,7 @@ def score_costs(spec: ModelSpec, layer: int, batch: int, tokens: int, keys: int,
     """Scores Q K^T, softmax, and weighted sum P V over `keys` cached positions.
 
     Scores and weighted sum: 2*B*h_q*T*keys*d_h FLOPs each (decode: 4*B*h_q*d_h*n together,
-    shared/DOMAIN.md); each reads one of K, V once: B*h_kv*keys*d_h elements in the KV format. With
+    docs/concepts.md); each reads one of K, V once: B*h_kv*keys*d_h elements in the KV format. With
     `fused_attention` the [B, h_q, T, keys] matrix stays on chip: no bytes for it.
     """
     p = options.precision

@@ -1,7 +1,7 @@
 """Size of the KV cache: per token and per sequence, per layer and in total.
 
 Each layer stores one key and one value vector of h_kv * d_h elements per position, so a token costs
-2 * h_kv * d_h * bytes(kv dtype) per layer (shared/DOMAIN.md, "KV-cache write"). A sliding-window layer
+2 * h_kv * d_h * bytes(kv dtype) per layer (docs/concepts.md, "kv_cache_write"). A sliding-window layer
 keeps at most its window of positions, as engines that evict outside the window do (vLLM, and
 transformers' `DynamicSlidingWindowLayer` keeps window - 1 plus the step's new ones).
 """

@@ -1,6 +1,6 @@
 """The cost record of one operator in one step, and the builders every operator's cost uses.
 
-Conventions (shared/DOMAIN.md, "Cost model conventions"; shared/STYLE.md): one FLOP is one multiply or
+Conventions (docs/concepts.md, "Cost conventions of the roofline"): one FLOP is one multiply or
 one add; a GEMM [R, k] x [k, m] is 2*R*k*m FLOPs; each operator reads its inputs from memory and writes
 its outputs to memory once (no cache reuse between operators, no fusion unless asked for). Bytes are
 split by source as LLM-Viewer does (Yuan et al. 2024, "LLM Inference Unveiled", arXiv:2402.16363).
@@ -140,7 +140,7 @@ def linear_cost(name: str, layer: int | None, rows: int, in_features: int, out_f
 
     FLOPs: 2*rows*k*m in the GEMM, + rows*m for the bias. Bytes: matrices_read * k*m weights (+ m
     bias at the activation format), rows*k activations in, rows*m activations out
-    (shared/DOMAIN.md, GEMM convention).
+    (docs/concepts.md, GEMM convention).
 
     Args:
         matrices_read: distinct weight matrices read (> 1 for MoE experts), 1 otherwise.

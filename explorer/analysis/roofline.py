@@ -3,7 +3,7 @@ memory- or compute-bound, and a time lower bound; step totals; what-ifs.
 
 Model (Williams, Waterman & Patterson 2009, "Roofline", CACM 52(4)): attainable FLOP/s =
 min(peak FLOP/s, intensity * memory bandwidth); time lower bound = max(FLOPs / peak, bytes /
-bandwidth) (shared/DOMAIN.md). Matmuls compute at the activation format's peak (weight-only formats
+bandwidth) (docs/concepts.md). Matmuls compute at the activation format's peak (weight-only formats
 are de-quantised to it). Elementwise operators run on vector units whose peak is lower, but all
 of them sit far below the ridge point, so their bound is the memory term either way; the bound
 stays a lower bound.

@@ -1,6 +1,6 @@
 """Predicted shapes of every stop of a forward pass, named as `explorer.stops` names them.
 
-Shapes follow shared/DOMAIN.md ("The stops of one forward pass") and record what the runner
+Shapes follow docs/concepts.md ("The stops of one forward pass") and record what the runner
 records: projections [B, T, in] -> [B, T, out]; attention in heads layout [B, heads, T, d_h];
 QK-norm on [B, T, heads, d_h] in Qwen3 (before the transpose), on [B, heads, T, d_h] in Gemma 3;
 the LM head on the last position only.

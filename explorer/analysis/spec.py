@@ -35,7 +35,7 @@ _REQUIRED = {
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """The dimensions of a decoder-only transformer, in the symbols of shared/DOMAIN.md.
+    """The dimensions of a decoder-only transformer, in the symbols of docs/concepts.md.
 
     Attributes:
         family: HF `model_type`, e.g. "llama", "qwen3", "gpt2".

@@ -137,7 +137,7 @@ class MemoryNeed:
     Attributes:
         dtype: the weights', activations' and KV cache's dtype.
         weight_bytes: parameters (tied embeddings once), counted on `meta`.
-        kv_cache_bytes: 2 * L * h_kv * d_h * n * itemsize (shared/DOMAIN.md, "KV-cache write"); every
+        kv_cache_bytes: 2 * L * h_kv * d_h * n * itemsize (docs/concepts.md, "kv_cache_write"); every
             layer counted at the full n, so sliding-window layers are over-counted.
         attention_bytes: h_q * n * n * ATTENTION_SCRATCH_BYTES_PER_ELEMENT, the hooked prefill's
             attention of one layer over the whole context.

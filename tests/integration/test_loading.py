@@ -20,7 +20,7 @@ from explorer.errors import ConfigError, ModelLoadError, UnknownPresetError
 from explorer.runner import devices, embedded, loading
 from explorer.runner.loading import DEFAULT_MODEL, load, load_model, load_shape_only
 
-# Every dimension distinct (DESIGN.md "Models"), so a swapped axis shows.
+# Every dimension distinct, so a swapped axis shows.
 TINY_LLAMA = dict(vocab_size=97, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                   num_hidden_layers=3, intermediate_size=37, max_position_embeddings=64,
                   bos_token_id=95, eos_token_id=96)

@@ -1,4 +1,4 @@
-"""Per-operator FLOPs and bytes: the worked figures of shared/DOMAIN.md and the conventions' edge cases."""
+"""Per-operator FLOPs and bytes: published worked figures (docs/concepts.md) and the conventions' edge cases."""
 
 from __future__ import annotations
 

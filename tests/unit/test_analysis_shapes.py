@@ -1,4 +1,4 @@
-"""Predicted stop shapes: the worked facts of shared/DOMAIN.md and the stop table's names."""
+"""Predicted stop shapes: published worked figures (docs/concepts.md) and the stop table's names."""
 
 from __future__ import annotations
 
