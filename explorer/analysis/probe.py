@@ -3,7 +3,8 @@
 The probe takes about a second: float32 matmuls of 1024x1024 matrices (2*1024^3 FLOPs each) and
 copies of a 64 MiB array (each copy reads and writes it: 2 * 64 MiB moved). The best of a few
 repeats is kept, as a peak. It measures what numpy's BLAS reaches on the CPU, not the GPU.
-The result is cached as JSON in the user cache dir (`EXPLORER_CACHE_DIR` overrides it).
+The result is cached as JSON in the user cache dir (`EXPLORER_CACHE_DIR` overrides it); where that
+cannot be written (a read-only cache), it is kept in memory for the life of the process instead.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ CACHE_FILE = "this_machine.json"
 _MATMUL_SIZE = 1024
 _COPY_BYTES = 64 * 2**20
 _BUDGET_S = 0.4  # per measurement; the whole probe stays well under 3 s
+# Probe results that could not be written to their cache file, by that file's path.
+_in_memory: dict[str, dict] = {}
 
 
 def _best_rate(work: float, run, budget_s: float = _BUDGET_S) -> float:
@@ -67,18 +70,26 @@ def _memory_bytes() -> float:
 
 
 def this_machine(refresh: bool = False) -> Hardware:
-    """This machine's entry: read from the cache, or measured (and cached) on first use.
+    """This machine's entry: read from the cache, or measured (and cached) on first use; where the
+    cache cannot be written, measured once per process and kept in memory.
 
     Args:
         refresh: measure again even if a cached result exists.
     """
     path = cache_dir() / CACHE_FILE
-    if not refresh and path.is_file():
-        try:
+    if not refresh and str(path) in _in_memory:
+        return hardware_from_dict(THIS_MACHINE, _in_memory[str(path)])
+    try:
+        if not refresh and path.is_file():
             return hardware_from_dict(THIS_MACHINE, json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError, ValueError):
-            log.warning("Ignoring unreadable probe cache %s; measuring again.", path)
+    except (OSError, json.JSONDecodeError, ValueError):
+        log.warning("Ignoring unreadable probe cache %s; measuring again.", path)
     entry = measure()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(entry, indent=2))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(entry, indent=2))
+        _in_memory.pop(str(path), None)
+    except OSError as exc:
+        log.warning("Cannot cache the machine probe in %s (%s); keeping it in memory.", path, exc.strerror or exc)
+        _in_memory[str(path)] = entry
     return hardware_from_dict(THIS_MACHINE, entry)

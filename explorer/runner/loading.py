@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
+from safetensors import SafetensorError
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from explorer.config import PRESET_SOURCES, cache_dir, load_hf_config
@@ -110,7 +111,9 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     Raises:
         ConfigError: a folder without config.json, an unknown device or dtype, or a family the tracer lacks.
         ModelLoadError: not cached and hub unreachable, not a causal LM, larger than free memory,
-            no weights in the folder, a device this machine lacks, or the embedded GGUF missing.
+            no weights in the folder or weights that cannot be read (a truncated file), a device this
+            machine lacks, the embedded GGUF missing, or the embedded model's cache damaged and not
+            convertible again (`embedded.ensure_converted`).
     """
     target = pick_device(device)
     if name_or_path == DEFAULT_MODEL:
@@ -266,7 +269,7 @@ def _from_pretrained(source: str, name: str, description: str | None, device: st
         model = AutoModelForCausalLM.from_pretrained(
             source, config=config, dtype=need.dtype, device_map=placement.device_map,
             max_memory=placement.max_memory, trust_remote_code=False)
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:  # SafetensorError: a truncated or garbled .safetensors file
         raise ModelLoadError(f"'{name}' has a config but its weights cannot be read ({_first_line(exc)}). "
                              "Re-download it, or run shape-only with --config.") from exc
     model.eval().requires_grad_(False)
