@@ -33,3 +33,7 @@ class SessionStateError(ExplorerError, RuntimeError):
 
 class SamplingSettingsError(ExplorerError, ValueError):
     """A sampling value out of its range (temperature <= 0, top-p outside (0, 1], ...)."""
+
+
+class ExportError(ExplorerError, RuntimeError):
+    """A run that cannot be exported: past the app's size limit, or the disk full or not writable."""

@@ -13,7 +13,7 @@ from itertools import pairwise
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.figures.theme import HIGHLIGHT_COLOUR, axis_key, base_layout, subplot_grid, visible_piece
+from explorer.figures.theme import HIGHLIGHT_COLOUR, axis_key, base_layout, plain_label, subplot_grid, visible_piece
 
 MAX_TICKS = 40  # token labels per axis before thinning
 TICK_PX = 13  # room one 10 px tick label needs
@@ -156,11 +156,12 @@ def _query_block_starts(first: int, rows: int, factor: int) -> np.ndarray:
 
 
 def _block_labels(pieces: list[str], starts: np.ndarray) -> list[tuple[str, str]]:
-    """(unique category, tick text) per block of positions starting at `starts` (the last ends at n)."""
+    """(unique category, tick text) per block of positions starting at `starts` (the last ends at n);
+    the pieces escaped for Plotly, which shows a category in the ticks and the hover."""
     bounds = [*starts.tolist(), len(pieces)]
     labels = []
     for a, b in pairwise(bounds):
-        piece = visible_piece(pieces[a], MAX_PIECE_CHARS)
+        piece = plain_label(visible_piece(pieces[a], MAX_PIECE_CHARS))
         labels.append((f"#{a} {piece}" if b - a == 1 else f"#{a}–{b - 1} {piece}…", piece))
     return labels
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.figures.theme import base_layout, kind_colour, set_layout, subplot_grid
+from explorer.figures.theme import base_layout, kind_colour, plain_label, set_layout, subplot_grid
 from explorer.journey import ms_text, shape_text, step_label
 from explorer.trace import OpRecord, StepTrace
 
@@ -66,7 +66,8 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> 
     Rows are the prefill's stops in execution order (top to bottom); each column pair shows input ->
     output shapes and wall time (ms). Hovering a row gives the stop's formula, shapes in symbols and
     numbers, weight shape ([out_features, in_features] for a GEMM, [d] for a norm, [V, d] for the
-    embedding) and wall time.
+    embedding) and wall time. Stop names, kinds and dtypes are escaped (`plain_label`): in a saved
+    run they are the file's text.
 
     Args:
         prefill: the prefill step's trace.
@@ -114,7 +115,7 @@ def _column(ops: list[OpRecord], vocab: int, shapes_cell: dict, wall_cell: dict)
     """One step's traces: a full-width bar per row tinted by kind (the row's hover) and the shape text
     in the shapes column; a wall-time bar per stop that ran in the wall-time column."""
     ran = [op for op in ops if op.kind]
-    y = [op.name for op in ran]
+    y = [plain_label(op.name) for op in ran]
     colours = [kind_colour(op.kind) for op in ran]
     common = {"type": "bar", "y": y, "orientation": "h", "hovertext": [_hover(op, vocab) for op in ran],
               "hovertemplate": "%{hovertext}<extra></extra>", "showlegend": False}
@@ -124,7 +125,8 @@ def _column(ops: list[OpRecord], vocab: int, shapes_cell: dict, wall_cell: dict)
          "marker": {"color": colours}},
         {**common, **wall_cell, "name": "wall time", "x": walls, "marker": {"color": colours},
          "text": [ms_text(op) for op in ran], "textposition": "outside", "cliponaxis": False},
-        {"type": "scatter", **shapes_cell, "x": np.full(len(ops), 0.015, np.float32), "y": [op.name for op in ops],
+        {"type": "scatter", **shapes_cell, "x": np.full(len(ops), 0.015, np.float32),
+         "y": [plain_label(op.name) for op in ops],
          "mode": "text", "text": [_fit(_flow(op)) for op in ops], "textposition": "middle right", "cliponaxis": True,
          "textfont": {"family": "monospace", "size": 11}, "hoverinfo": "skip", "showlegend": False},
     ]
@@ -135,16 +137,16 @@ def _legend(ops: list[OpRecord]) -> list[dict]:
     trace without data gets no legend entry; one at a real row would shrink that row's bars). One
     legend group per kind lays the entries out at their own widths rather than on a wide grid."""
     kinds = dict.fromkeys(op.kind for op in ops if op.kind)
-    return [{"type": "bar", "x": [None], "y": [None], "orientation": "h", "name": kind, "legendgroup": kind,
-             "showlegend": True, "marker": {"color": kind_colour(kind)}} for kind in kinds]
+    return [{"type": "bar", "x": [None], "y": [None], "orientation": "h", "name": plain_label(kind),
+             "legendgroup": kind, "showlegend": True, "marker": {"color": kind_colour(kind)}} for kind in kinds]
 
 
 def _style_axes(layout: dict, rows: list[OpRecord], traces: list[StepTrace]) -> None:
     """Rows in execution order top to bottom, labelled without the `layers.i.` prefix (the title says
     which layer); log wall-time axes with room for the bar labels."""
-    names = [op.name for op in rows]
+    names = [plain_label(op.name) for op in rows]
     rows_axis = {"categoryorder": "array", "categoryarray": names, "tickvals": names,
-                 "ticktext": [_relative(op) for op in rows], "autorange": "reversed", "showgrid": False,
+                 "ticktext": [plain_label(_relative(op)) for op in rows], "autorange": "reversed", "showgrid": False,
                  "tickfont": {"family": "monospace", "size": 12}}
     for col in (1, 2, 3, 4):
         layout[f"yaxis{col if col > 1 else ''}"].update(rows_axis)
@@ -217,9 +219,11 @@ def weight_shape(op: OpRecord, vocab: int) -> list[int] | None:
 
 def _hover(op: OpRecord, vocab: int) -> str:
     formula, symbols, weight_symbols = STOP_DOCS.get(_relative(op), ("", "", None))
-    lines = [f"<b>{op.name}</b> ({op.kind})", formula, f"shapes: {symbols}", f"        {_flow(op)}"]
+    lines = [f"<b>{plain_label(op.name)}</b> ({plain_label(op.kind)})", formula, f"shapes: {symbols}",
+             f"        {_flow(op)}"]
     weight = weight_shape(op, vocab)
     if weight_symbols and weight:
         lines.append(f"weight: {weight_symbols} = {shape_text(weight)}")
-    lines.append(f"dtype: {op.dtype} · wall: {ms_text(op)}{' ms' if op.wall_ms is not None else ' (no kernel)'}")
+    unit = " ms" if op.wall_ms is not None else " (no kernel)"
+    lines.append(f"dtype: {plain_label(op.dtype)} · wall: {ms_text(op)}{unit}")
     return "<br>".join(lines)

@@ -24,7 +24,7 @@ from explorer.analysis.measured import measured_points, step_from_trace, trace_p
 from explorer.analysis.records import CostOptions, OpCost
 from explorer.analysis.roofline import StepRoofline, step_roofline
 from explorer.analysis.spec import ModelSpec
-from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, set_layout, subplot_grid
+from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, plain_label, set_layout, subplot_grid
 from explorer.trace import StepTrace
 
 STAGE_COLOURS = {"prefill": PREFILL_COLOUR, "decode": DECODE_COLOUR}
@@ -218,7 +218,7 @@ def measured_trace(stage: str, ops: list[tuple[OpCost, float]], scale: float, un
     seconds / scale)."""
     achieved = np.array([cost.flops / seconds for cost, seconds in ops])
     hover = [
-        f"<b>{cost.name}</b> ({stage}, measured on {device})<br>{_si(cost.flops, 'FLOP')} in "
+        f"<b>{cost.name}</b> ({stage}, measured on {plain_label(device)})<br>{_si(cost.flops, 'FLOP')} in "
         f"{_duration(seconds)}<br>achieved {rate / scale:.3g} {unit}<br>"
         f"intensity {cost.arithmetic_intensity:.3g} FLOP/byte"
         for (cost, seconds), rate in zip(ops, achieved, strict=True)

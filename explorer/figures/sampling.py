@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.figures.theme import HIGHLIGHT_COLOUR, base_layout, set_layout, subplot_grid, visible_piece
+from explorer.figures.theme import HIGHLIGHT_COLOUR, base_layout, plain_label, set_layout, subplot_grid, visible_piece
 from explorer.trace import SamplingRecord, SamplingStage
 
 STAGE_LABELS = {"raw": "raw", "temperature": "temperature", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}
@@ -70,10 +70,11 @@ def sampling_figure(record: SamplingRecord, token_piece: Callable[[int], str], s
 
 
 def token_labels(token_ids: list[int], token_piece: Callable[[int], str]) -> dict[int, str]:
-    """Token id -> short visible label, unique: pieces shown the same get " (id)" appended."""
+    """Token id -> short visible label, unique: pieces shown the same get " (id)" appended; escaped
+    for Plotly (`plain_label`), which shows it as a category, in the ticks and the hover."""
     shown = {}
     for token_id in token_ids:
-        shown[token_id] = visible_piece(token_piece(token_id), LABEL_CHARS)
+        shown[token_id] = plain_label(visible_piece(token_piece(token_id), LABEL_CHARS))
     counts: dict[str, int] = {}
     for label in shown.values():
         counts[label] = counts.get(label, 0) + 1
@@ -225,7 +226,7 @@ def _stage_setting(record: SamplingRecord, name: str) -> str:
 
 
 def _draw_summary(record: SamplingRecord, token_piece: Callable[[int], str]) -> str:
-    piece = visible_piece(token_piece(record.token_id))
+    piece = plain_label(visible_piece(token_piece(record.token_id)))
     token = f"'{piece}' (id {record.token_id}), p = {record.token_prob:.2f}"
     if not record.settings.get("do_sample", len(record.stages) > 1):
         return f"greedy: argmax of the raw logits → {token}"

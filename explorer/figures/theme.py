@@ -12,6 +12,7 @@ once per grid), and share one trimmed template.
 from __future__ import annotations
 
 import functools
+import html
 import json
 
 import plotly.graph_objects as go
@@ -67,6 +68,15 @@ def visible_piece(piece: str, max_chars: int | None = None) -> str:
     if max_chars is None or len(text) <= max_chars:
         return text
     return text[: max_chars - 1] + "…"
+
+
+def plain_label(text: str) -> str:
+    """`text` escaped for a Plotly label (title, tick, hover, legend, annotation) so that it shows as
+    written: plotly.js renders a subset of HTML in labels (`<a href>` links, `<span style>`, `<b>`,
+    `<br>`) and decodes `&amp;`, `&lt;` and `&gt;`, so escaping those three characters leaves no tag.
+    For every label that carries text from a run (token pieces, stop names, a device): a saved run's
+    text is whoever wrote the file's."""
+    return html.escape(text, quote=False)
 
 
 def kind_colour(kind: str) -> str:

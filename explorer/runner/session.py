@@ -37,8 +37,37 @@ from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, StepTrace
 # 146 MB of queries, a few MB of matrices and, with its 97 MB KV cache, stays within DESIGN.md's 300 MB.
 DEFAULT_ATTENTION_BUDGET_BYTES = 144 * 2**20
 
+# The prompt text allowed per token of `max_prompt_tokens`, checked before the tokenizer runs (which
+# spends seconds and gigabytes on megabytes of text): 99% of SmolLM2's 49,152 tokens are at most 16
+# characters and English text averages 3-4 per token; only runs of spaces, '#' or '=' are longer.
+CHARS_PER_TOKEN_MAX = 16
+
 _MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
+
+
+def max_prompt_chars(max_prompt_tokens: int | None) -> int | None:
+    """The longest prompt (or system prompt) text, characters, under a cap of `max_prompt_tokens`
+    (None: no cap)."""
+    return None if max_prompt_tokens is None else max_prompt_tokens * CHARS_PER_TOKEN_MAX
+
+
+def check_prompt_chars(text: str | None, what: str, max_prompt_tokens: int | None, advice: str) -> None:
+    """Refuse a text far too long to fit `max_prompt_tokens` before any tokenizer reads it.
+
+    Args:
+        text: the prompt or the system prompt (None: nothing to check).
+        what: its name in the message ("prompt", "system prompt").
+        max_prompt_tokens: the prompt cap, tokens; None: no cap.
+        advice: what the message tells the person to do.
+
+    Raises:
+        PromptError: `text` is longer than `max_prompt_chars(max_prompt_tokens)` characters.
+    """
+    most = max_prompt_chars(max_prompt_tokens)
+    if most is not None and isinstance(text, str) and len(text) > most:
+        raise PromptError(f"The {what} is {len(text):,} characters; here the limit is {most:,} characters "
+                          f"(for {max_prompt_tokens} tokens). {advice}")
 
 
 def model_lock(model: torch.nn.Module) -> threading.Lock:
@@ -57,7 +86,8 @@ class InferenceSession:
             always keeps plus float32 probabilities; the newest step's are served first, older steps give
             theirs up.
         max_prompt_tokens: refuse longer prompts (a shared app keeps one prefill from holding the
-            model for minutes); None allows up to the model's context window.
+            model for minutes), and a prompt or system prompt of more than `max_prompt_chars` characters
+            before tokenizing it; None allows up to the model's context window.
         limit_advice: what the refusal of a prompt past `max_prompt_tokens` tells the person to do.
     """
 
@@ -135,7 +165,9 @@ class InferenceSession:
         Raises:
             PromptError: empty prompt, a lone surrogate in the prompt or system prompt, no tokenizer for
                 a text prompt, a token count for real weights or one that is not a whole number >= 1,
-                longer than `max_prompt_tokens` or than the context window.
+                longer than `max_prompt_tokens` or than the context window, or a prompt or system
+                prompt longer than `max_prompt_chars(max_prompt_tokens)` characters (checked before
+                the tokenizer runs).
         """
         start = time.perf_counter()
         ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens)
@@ -248,6 +280,8 @@ class InferenceSession:
         tokenizer = self.loaded.tokenizer
         if tokenizer is None:
             raise PromptError("This model has no tokenizer here: give the prompt as a token count.")
+        check_prompt_chars(prompt, "prompt", self.max_prompt_tokens, self.limit_advice)
+        check_prompt_chars(system_prompt, "system prompt", self.max_prompt_tokens, self.limit_advice)
         if not isinstance(prompt, str) or not prompt.strip():
             raise PromptError("The prompt is empty: type some text to run through the model.")
         _check_unicode(prompt, "prompt")

@@ -9,21 +9,22 @@ was, so the person's session and the figures on screen are kept.
 
 from __future__ import annotations
 
+import asyncio
 import math
-import tempfile
-from pathlib import Path
 
 import gradio as gr
 
 from explorer.config import SamplingSettings
-from explorer.errors import SamplingSettingsError, SessionStateError
-from explorer.figures.theme import empty_figure
+from explorer.errors import ConfigError, ExplorerError, PromptError, SamplingSettingsError, SessionStateError
+from explorer.figures.theme import empty_figure, plain_label
 from explorer.journey import step_label
-from explorer.runner.session import InferenceSession
+from explorer.runner.session import InferenceSession, check_prompt_chars
 from explorer.trace import StepTrace
-from explorer.ui.hosting import Limits, Served
+from explorer.ui.export import export_label, plan_export, write_export
+from explorer.ui.hosting import Limits, Served, client_address
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
-from explorer.ui.saved import SavedSession, load_run, save_run
+from explorer.ui.plain import markdown_text
+from explorer.ui.saved import SavedSession, load_run
 from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.tokens import token_strip_html
 from explorer.ui.views import VIEWS, ViewOptions, Visit, render
@@ -83,7 +84,7 @@ class ServedHandlers:
         loaded = self.served.registry.get(model_choice, custom_model)
         session = InferenceSession(loaded, settings, max_prompt_tokens=self.served.limits.max_prompt_tokens,
                                    limit_advice=self.served.limit_advice())
-        self.served.live.check_room(_page(request))
+        self.served.live.check_room(_page(request), client_address(request))
         on_layer = None if progress is None else _layer_progress(progress)
         if loaded.tokenizer is None:
             # an empty box (0): "needs at least one token"
@@ -92,7 +93,7 @@ class ServedHandlers:
             session.prefill(prompt, use_chat_template=use_chat_template,
                             system_prompt=(system_prompt or "").strip() or None, on_layer=on_layer)
         visit = Visit.start(session, self.served.limits)
-        self.served.live.admit(_page(request), visit)
+        self.served.live.admit(_page(request), visit, client_address(request))  # refused if the page closed
         return step_outputs(visit, *view_controls)
 
     def on_model_select(self, choice: str) -> tuple:
@@ -110,12 +111,18 @@ class ServedHandlers:
 
     @shows_errors
     def on_import_upload(self, request: gr.Request | None, path: str | None, *view_controls):
-        """Show a saved run (no model needed): every view, every step. Returns the step outputs."""
+        """Show a saved run (no model needed): every view, every step. Returns the step outputs with
+        every view drawn.
+
+        The file is checked against the saved-run schema and drawn before it becomes the page's
+        session: a file that cannot be shown is refused with a message, and the page's session and
+        views stay as they were."""
         if not path:
             return tuple(gr.skip() for _ in range(STEP_OUTPUTS))
         visit = Visit.replay(load_run(path), self.served.limits)
-        self.served.live.admit(_page(request), visit)
-        return step_outputs(visit, *view_controls)
+        outputs = _replay_outputs(visit, *view_controls)
+        self.served.live.admit(_page(request), visit, client_address(request))
+        return outputs
 
     def on_page_load(self, request: gr.Request | None = None) -> tuple:
         """Fill the controls named in the page's query parameters (a shared link); warn about values
@@ -129,8 +136,44 @@ class ServedHandlers:
         return tuple(values.get(field, gr.skip()) for field in LINK_FIELDS)
 
     def on_page_close(self, request: gr.Request | None = None) -> None:
-        """Free the session of a page that closed."""
-        self.served.live.release(_page(request))
+        """Free the session of a page that closed (and refuse one its running step would admit later)."""
+        self.served.live.release(_page(request), page_closed=True)
+
+    def on_lease_tick(self, request: gr.Request | None = None) -> None:
+        """The page's timer ticked, so the page is open: renew its session's lease (and free the
+        sessions whose lease ran out)."""
+        self.served.live.renew(_page(request))
+
+    async def validate_model_event(self, request: gr.Request | None, *inputs) -> list[dict]:
+        """Gradio's validator of a model event, run as the page sends it, before it is queued: the page
+        is open (its lease is renewed) and, where the app caps them, may have one more model event queued.
+
+        Async, and the cap checked last: Gradio queues the event before it runs another validator
+        (`EventGate`). Returns `gr.validate(True, "")` for each of the event's inputs.
+
+        Raises:
+            SessionStateError: the page has `Limits.max_pending_events` model events in the queue (Gradio
+                answers the push with the message, which the page shows as a toast).
+        """
+        # renewing may close expired sessions, which waits for a step in flight: not on the event loop
+        await asyncio.to_thread(self.served.live.renew, _page(request))
+        if self.served.events is not None:
+            self.served.events.admit(_page(request))
+        return [gr.validate(True, "") for _ in inputs]
+
+    async def validate_prefill(self, request: gr.Request | None, *inputs) -> list[dict]:
+        """`validate_model_event` for Prefill, after refusing a prompt or system prompt far past the
+        prompt cap before it is queued or tokenised (`check_prompt_chars`); the message shows on its
+        box. `inputs` are `on_prefill_click`'s."""
+        results = [gr.validate(True, "") for _ in inputs]
+        limits = self.served.limits
+        for index, what in ((2, "prompt"), (5, "system prompt")):
+            try:
+                check_prompt_chars(inputs[index], what, limits.max_prompt_tokens, self.served.limit_advice())
+            except PromptError as exc:
+                results[index] = gr.validate(False, str(exc))
+                return results
+        return await self.validate_model_event(request, *inputs)
 
     def expiry_callback(self):
         """A `gr.State` delete callback that frees the session of a page idle past its time to live.
@@ -174,11 +217,27 @@ def on_run_click(visit: Visit | None, count: float | None, *controls):
 
 @shows_errors
 def on_export_click(visit: Visit | None) -> str:
-    """Save the page's run as JSON in a fresh temporary file and return its path (to download)."""
+    """Save the page's run as JSON and return its path (to download): its estimated size (and whether
+    attention is left out, over a hosted app's cap) said in a message before it is written, the file
+    in Gradio's cache folder (served without a copy), the page's previous export deleted
+    (`explorer.ui.export`)."""
     if visit is None:
         raise SessionStateError("Nothing to export yet: run the prefill first.")
-    with tempfile.NamedTemporaryFile("w", prefix="explorer-run-", suffix=".json", delete=False) as file:
-        return str(save_run(visit, Path(file.name)))
+    plan = plan_export(visit)
+    left_out = f" ({plan.attention_left_out})" if plan.attention_left_out else ""
+    gr.Info(f"Writing the run as JSON: {plan.summary()}{left_out}.", title="Export")
+    return str(write_export(visit, plan))
+
+
+def no_export() -> None:
+    """The download box emptied: a new prefill or Reset freed the session whose export it offered
+    (and deleted the file)."""
+    return None
+
+
+def on_export_label(visit: Visit | None):
+    """The export button after a step: its label gives the export's estimated size."""
+    return gr.update(value=export_label(visit))
 
 
 def on_share_click(*values) -> str:
@@ -192,21 +251,21 @@ def on_view_change(visit: Visit | None, step: int | None, layer: int, average_he
                    shown: str, presenter: bool = False, zoom: str | None = None):
     """Redraw the view on screen for other view controls (attention the session did not keep is
     recomputed from its queries and KV cache, in the model queue)."""
-    if visit is None:
+    if not _open(visit):
         return tuple(gr.skip() for _ in VIEWS)
     return _views(visit, _options(visit, step, layer, average_heads, hardware, presenter, zoom), shown)
 
 
 def model_info(visit: Visit | None):
     """The model menu's line under its label: what the page's session runs (after a prefill)."""
-    return gr.skip() if visit is None else gr.update(info=f"In use: {visit.description}")
+    return gr.skip() if visit is None else gr.update(info=f"In use: {markdown_text(visit.description)}")
 
 
 @shows_errors
 def on_step_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
                    shown: str, presenter: bool = False, zoom: str | None = None):
     """Go to another step: its status line, its tokens outlined in the strip, the view on screen redrawn."""
-    if visit is None:
+    if not _open(visit):
         return tuple(gr.skip() for _ in range(2 + len(VIEWS)))
     options = _options(visit, step, layer, average_heads, hardware, presenter, zoom)
     return status_text(visit, options.step), _strip(visit, options.step), *_views(visit, options, shown)
@@ -218,7 +277,7 @@ def on_tab_select(view: str):
     @shows_errors
     def select(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
                presenter: bool = False, zoom: str | None = None):
-        if visit is None:
+        if not _open(visit):
             return view, gr.skip()
         return view, render(visit, _options(visit, step, layer, average_heads, hardware, presenter, zoom), view)
 
@@ -228,7 +287,7 @@ def on_tab_select(view: str):
 @shows_errors
 def on_hardware_change(visit: Visit | None, step: int | None, hardware: str, presenter: bool = False):
     """Redraw the roofline on another machine."""
-    if visit is None:
+    if not _open(visit):
         return gr.skip()
     return render(visit, _options(visit, step, 0, False, hardware, presenter), "roofline")
 
@@ -236,7 +295,7 @@ def on_hardware_change(visit: Visit | None, step: int | None, hardware: str, pre
 def on_sampling_change(visit: Visit | None, step: int | None, *controls):
     """Redraw the sampling view with the new settings (`controls`: the seven sampling values, then
     optionally the presenter flag) applied to the shown step's stored logits."""
-    if visit is None:
+    if not _open(visit):
         return gr.skip()
     sampling, presenter = controls[:SAMPLING_INPUTS], bool(controls[SAMPLING_INPUTS:] and controls[-1])
     try:
@@ -272,7 +331,7 @@ def status_text(visit: Visit, step: int) -> str:
     for an earlier step, which step is the latest)."""
     trace = visit.traces[step]
     source = "a saved run, shown without the model: " if isinstance(visit.session, SavedSession) else ""
-    line = f"{source}{visit.description}\n\n**{step_label(trace)}**: {_step_summary(trace)}"
+    line = f"{source}{markdown_text(visit.description)}\n\n**{step_label(trace)}**: {_step_summary(trace)}"
     if trace.finished:
         line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."
     if step != len(visit.traces) - 1:
@@ -284,9 +343,34 @@ def _step_summary(trace: StepTrace) -> str:
     if trace.shape_only:
         chosen = "none: shape-only mode has shapes but no values (times are Python overhead on the meta device)"
     else:
-        chosen = f"{trace.token_text!r} (p = {trace.sampling.token_prob:.3f})"
+        chosen = f"{markdown_text(repr(trace.token_text))} (p = {trace.sampling.token_prob:.3f})"
     return (f"{len(trace.input_ids)} token(s) in, context n = {trace.context_length}, "
             f"{trace.wall_ms:.0f} ms; next token {chosen}")
+
+
+def _replay_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str,
+                    presenter: bool = False, zoom: str | None = None) -> tuple:
+    """`step_outputs` for a saved run, with all five views drawn rather than the one on screen: a run
+    that cannot be drawn is refused here, before it becomes the page's session.
+
+    Raises:
+        ConfigError: a view cannot be drawn from the run (the schema should have refused it).
+    """
+    text_outputs = step_outputs(visit, layer, average_heads, hardware, "", presenter, zoom)[: -len(VIEWS)]
+    options = _options(visit, None, layer, average_heads, hardware, presenter, zoom)
+    return (*text_outputs, *(_drawn_or_message(visit, options, view) for view in VIEWS))
+
+
+def _drawn_or_message(visit: Visit, options: ViewOptions, view: str):
+    """The view's figure; a figure saying why where the run cannot show it (attention it gave up)."""
+    try:
+        return render(visit, options, view)
+    except ExplorerError as exc:
+        return empty_figure(view, plain_label(str(exc)))
+    except Exception as exc:  # noqa: BLE001 - a file the schema let through still must not become the session
+        raise ConfigError(f"The saved run is incomplete or damaged: its {view} view cannot be drawn "
+                          f"({type(exc).__name__}: {exc}). Load the file as the explorer exported it, or "
+                          "export the run again.") from exc
 
 
 def _views(visit: Visit, options: ViewOptions, shown: str) -> tuple:
@@ -320,7 +404,15 @@ def _page(request: gr.Request | None) -> str:
 def _session(visit: Visit | None) -> InferenceSession:
     if visit is None:
         raise SessionStateError("Run the prefill first: a decode step continues a prompt.")
+    if not _open(visit):
+        raise SessionStateError("This page's session was freed (the page showed no sign of life for a few "
+                                "minutes, or its connection closed). Run the prefill again.")
     return visit.session
+
+
+def _open(visit: Visit | None) -> bool:
+    """Whether the page holds a session not yet freed (a freed session keeps no traces)."""
+    return visit is not None and bool(visit.traces)
 
 
 def _options(visit: Visit, step: int | None, layer: int, average_heads: bool, hardware: str,

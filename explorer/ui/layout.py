@@ -18,16 +18,23 @@ from explorer.config import SamplingSettings
 from explorer.figures.theme import empty_figure
 from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.loading import LoadedModel
+from explorer.runner.session import max_prompt_chars
 from explorer.ui import handlers
+from explorer.ui.export import remove_leftovers, size_text
 from explorer.ui.handlers import ServedHandlers
-from explorer.ui.hosting import LOCAL, Limits, Served
+from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
 from explorer.ui.links import RANGES
 from explorer.ui.models import ModelRegistry
 from explorer.ui.views import VIEWS, ZOOM_TOKENS
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MODEL_QUEUE = "model"  # every event that may run the model shares one queue
-SESSION_TTL_S = 3600  # a visitor's session (ids, KV cache, traces) is freed an hour after its last step
+# Gradio drops a page's state (its Visit) an hour after its last event; the session's memory is freed
+# sooner, when its page closes or its lease runs out (hosting.LiveSessions).
+SESSION_TTL_S = 3600
+# Gradio deletes the files this app put in its cache (uploads, exports) once an hour old, looking every
+# 10 minutes, and all of them when the app stops: (frequency_s, age_s).
+DELETE_CACHE = (600, SESSION_TTL_S)
 # The app starts in sampling mode so the sampling view has filters to show; the seed makes it repeatable.
 APP_SAMPLING = SamplingSettings(do_sample=True, temperature=0.8, top_k=50, top_p=0.9, min_p=0.0)
 VIEW_TITLES = {"journey": "Journey", "attention": "Attention", "kv_cache": "KV cache", "sampling": "Sampling",
@@ -55,11 +62,13 @@ def examples() -> tuple[dict, ...]:
 
 def launch_options(limits: Limits = LOCAL) -> dict:
     """Keyword arguments for `Blocks.launch`: the stylesheet, the keyboard shortcuts, no SSR (Node
-    24+ would be needed), no run history kept in the browser, and Gradio's own per-page records
-    bounded (about 0.5 MB each; it keeps 10,000 by default)."""
+    24+ would be needed), no run history kept in the browser, Gradio's own per-page records
+    bounded (about 0.5 MB each; it keeps 10,000 by default), and uploads capped at
+    `limits.max_upload_bytes` (Gradio stops reading a larger one and deletes what it wrote)."""
     return {"css": (ASSETS / "app.css").read_text(encoding="utf-8"),
             "head": (ASSETS / "shortcuts.js").read_text(encoding="utf-8"),
-            "ssr_mode": False, "run_history": False, "state_session_capacity": 10 * limits.max_sessions}
+            "ssr_mode": False, "run_history": False, "state_session_capacity": 10 * limits.max_sessions,
+            "max_file_size": limits.max_upload_bytes}
 
 
 def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL) -> gr.Blocks:
@@ -67,11 +76,14 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
     models picked in the app are loaded on `device`, and `limits` bound what a visitor may ask."""
     served = Served.create(ModelRegistry(loaded, device, limits.allowed_models), limits)
     app = ServedHandlers(served)
+    remove_leftovers()
     c: dict = {}  # the components, by role, for the wiring below
-    with gr.Blocks(title="LLM Inference Explorer") as demo:
+    with gr.Blocks(title="LLM Inference Explorer", delete_cache=DELETE_CACHE) as demo:
         gr.Markdown("# LLM Inference Explorer\nType a prompt, run the **prefill**, then one **decode** step "
                     "at a time, and see what the model computes.")
         c["visit"] = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=app.expiry_callback())
+        # ticks only in an open page: each tick renews the page's session lease (hosting.LiveSessions)
+        c["lease"] = gr.Timer(limits.session_lease_s / LEASE_RENEWALS)
         c["shown"] = gr.State(VIEWS[0])  # the view whose tab is selected: the only one drawn per step
         c["prompt"] = _prompt_controls(app, loaded)
         c["sampling"] = _sampling_controls(limits)
@@ -97,7 +109,13 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
                 c["export_file"] = gr.File(label="Exported run", elem_id="export-file", interactive=False, height=120)
                 c["import_file"] = gr.File(label="Load a saved run (no model needed)", file_types=[".json"],
                                            elem_id="import-file", type="filepath", height=120)
-        c["status"] = gr.Markdown(elem_id="status")
+            if limits.max_export_bytes is not None:
+                gr.Markdown(f"Here an export is at most {size_text(limits.max_export_bytes)}: a larger run is "
+                            "exported without its attention (the file says so), and one too large even then "
+                            "is refused. The button gives the size.", elem_id="export-note")
+        # the status line quotes a saved run's description and token text (escaped, explorer.ui.plain): no
+        # LaTeX, whose $$ delimiters KaTeX would find again in the rendered text
+        c["status"] = gr.Markdown(elem_id="status", latex_delimiters=[])
         c["strip"] = gr.HTML(elem_id="token-strip")
         c["text"] = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=2)
         with gr.Row():
@@ -114,8 +132,10 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
         c["tabs"], c["plots"] = _view_tabs()
         _wire_steps(c, app)
         _wire_lecture(c, app, demo)
-        _wire_views(c)
+        _wire_views(c, app)
     demo.queue(max_size=limits.queue_size)
+    if limits.max_pending_events is not None:
+        served.events = EventGate(limits.max_pending_events, queued_events(demo, MODEL_QUEUE))
     return demo
 
 
@@ -131,10 +151,11 @@ def _prompt_controls(app: ServedHandlers, loaded: LoadedModel) -> list[gr.compon
     """Model choice, prompt and chat template; returns them in `on_prefill_click`'s order."""
     registry = app.served.registry
     text = registry.takes_text(registry.default_choice)
+    most_chars = max_prompt_chars(app.served.limits.max_prompt_tokens)  # the page stops typing and pasting there
     with gr.Row():
         with gr.Column(scale=3):
             prompt_box = gr.Textbox(examples()[0]["prompt"], label=handlers.prompt_label(text), elem_id="prompt-box",
-                                    lines=3)
+                                    lines=3, max_length=most_chars)
         with gr.Column(scale=2):
             model_select = gr.Dropdown(registry.choices(), value=registry.default_choice, label="Model",
                                        info=loaded.description, elem_id="model-select")
@@ -144,7 +165,7 @@ def _prompt_controls(app: ServedHandlers, loaded: LoadedModel) -> list[gr.compon
                                       precision=0, minimum=1, elem_id="prompt-tokens", visible=not text)
             chat_template = gr.Checkbox(True, label="Use the chat template", elem_id="chat-template", visible=text)
             system_prompt = gr.Textbox(label="System prompt (optional, chat template only)", elem_id="system-prompt",
-                                       visible=text)
+                                       visible=text, max_length=most_chars)
     model_select.input(app.on_model_select, model_select, [prompt_box, prompt_tokens, chat_template, system_prompt],
                        api_visibility="private")
     return [model_select, custom_model, prompt_box, prompt_tokens, chat_template, system_prompt]
@@ -192,7 +213,9 @@ def _view_controls(c: dict) -> list:
 def _wire_steps(c: dict, app: ServedHandlers) -> None:
     """Prefill, Next token, Run N and Reset: each runs the model (one queue) and redraws the view on screen."""
     # Progress (and an error's mark) on the status line only: the views stay readable meanwhile.
-    model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]]}
+    # The validator runs as the page sends the event, before it is queued (the page's lease, its events' cap).
+    model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]],
+                 "validator": app.validate_model_event}
     outputs, views = _step_outputs(c), _view_controls(c)
     run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *c["sampling"], *views], outputs,
                              api_name="run", trigger_mode="always_last", **model_run)
@@ -201,12 +224,17 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
     for button in (c["prefill_btn"], c["reset_btn"]):
         button.click(None, cancels=[run])
     prefill = c["prefill_btn"].click(app.on_prefill_click, [*c["prompt"], *c["sampling"], *views], outputs,
-                                     api_name="prefill", trigger_mode="always_last", **model_run)
+                                     api_name="prefill", trigger_mode="always_last",
+                                     **model_run | {"validator": app.validate_prefill})
     prefill.success(handlers.model_info, c["visit"], c["prompt"][0], api_visibility="private", show_progress="hidden")
     # every click on Next token is one step, run in order, even while the previous one runs
     c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *c["sampling"], *views], outputs,
                           api_name="decode", trigger_mode="multiple", **model_run)
-    c["reset_btn"].click(app.on_reset_click, None, outputs, api_name="reset")
+    reset = c["reset_btn"].click(app.on_reset_click, None, outputs, api_name="reset")
+    # the session an export came from is gone (its file deleted): the download box empties with it
+    for event in (prefill, reset):
+        event.success(handlers.no_export, None, c["export_file"], queue=False, api_visibility="private",
+                      show_progress="hidden")
 
 
 def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
@@ -217,26 +245,32 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
         None, c["share_box"], c["share_box"], js="(query) => window.location.origin + window.location.pathname + query")
     demo.load(app.on_page_load, None, link_controls, api_visibility="private")
     demo.unload(app.on_page_close)
+    c["lease"].tick(app.on_lease_tick, None, None, queue=False, show_progress="hidden", api_visibility="private")
     c["svg_btn"].click(None, js=SAVE_SVG_JS)
-    c["export_btn"].click(handlers.on_export_click, c["visit"], c["export_file"])
+    c["export_btn"].click(handlers.on_export_click, c["visit"], c["export_file"], api_name="export")
+    # the button gives the export's size after each step (or a loaded run); cheap, so not queued
+    c["status"].change(handlers.on_export_label, c["visit"], c["export_btn"], queue=False, show_progress="hidden",
+                       api_visibility="private")
     c["import_file"].upload(app.on_import_upload,
-                            [c["import_file"], *_view_controls(c)], _step_outputs(c), concurrency_id=MODEL_QUEUE)
+                            [c["import_file"], *_view_controls(c)], _step_outputs(c), concurrency_id=MODEL_QUEUE,
+                            validator=app.validate_model_event)
 
 
-def _wire_views(c: dict) -> None:
+def _wire_views(c: dict, app: ServedHandlers) -> None:
     """View controls and tabs redraw the view on screen without a step (attention may be recomputed:
     the model queue)."""
     plots = c["plots"]
     view_inputs = [c["visit"], c["step"], c["layer"], c["average"], c["hardware"]]
     change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"]]
-    redraw = {"concurrency_id": MODEL_QUEUE, "show_progress": "minimal"}
+    model_queue = {"concurrency_id": MODEL_QUEUE, "validator": app.validate_model_event}
+    redraw = {**model_queue, "show_progress": "minimal"}
     c["step"].input(handlers.on_step_change, change_inputs, [c["status"], c["strip"], *plots], **redraw)
     for control in (c["layer"], c["average"], c["zoom"]):
         control.input(handlers.on_view_change, change_inputs, plots, **redraw)
-    c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, concurrency_id=MODEL_QUEUE)
+    c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, **model_queue)
     for view, tab, plot in zip(VIEWS, c["tabs"], plots, strict=True):
         tab.select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"]], [c["shown"], plot],
-                   concurrency_id=MODEL_QUEUE)
+                   **model_queue)
     c["hardware"].input(handlers.on_hardware_change, [c["visit"], c["step"], c["hardware"], c["presenter"]],
                         plots[-1])
     for control in c["sampling"][:5]:

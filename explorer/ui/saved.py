@@ -3,42 +3,87 @@
 The file holds the model's name, description and config, every step's trace (`StepTrace.to_dict`),
 the ids fed so far, the generated text, and the text piece of every token id the views name (the
 ids fed, and each step's top tokens under sampling). Attention a long session gave up to stay
-within its memory budget is saved as null; the attention view says so for those steps.
+within its memory budget is saved as null; the attention view says so for those steps. An export
+that leaves all attention out (a hosted app's size cap) saves every matrix as null and says why under
+"attention_left_out".
 """
 
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from explorer.errors import ConfigError, SessionStateError
-from explorer.trace import StepTrace
+from explorer.errors import ConfigError, ExportError, SessionStateError
+from explorer.trace import AttentionRecord, StepTrace
+from explorer.ui.run_schema import check_run, read_run
 
 FORMAT = "llm-inference-explorer/run-v1"
 PIECES_PER_STEP = 64  # top tokens per step whose pieces are saved (the sampling view draws 20)
 
 
-def run_to_dict(visit) -> dict:
-    """A visit's run (`explorer.ui.views.Visit`, live or saved) as a JSON-ready dict in `FORMAT`."""
+def run_to_dict(visit, attention_left_out: str | None = None) -> dict:
+    """A visit's run (`explorer.ui.views.Visit`, live or saved) as a JSON-ready dict in `FORMAT`.
+
+    Args:
+        attention_left_out: why the export leaves attention out (every matrix saved as null, the
+            reason under "attention_left_out"); None keeps it.
+    """
+    return {**_run_head(visit, attention_left_out),
+            "traces": [trace_dict(trace, attention_left_out is None) for trace in list(visit.session.traces)]}
+
+
+def trace_dict(trace: StepTrace, keep_attention: bool = True) -> dict:
+    """`trace.to_dict()`, its attention matrices saved as null unless `keep_attention`."""
+    if not keep_attention:
+        trace = replace(trace, attention=[AttentionRecord(a.layer, a.shape) for a in trace.attention])
+    return trace.to_dict()
+
+
+def _run_head(visit, attention_left_out: str | None) -> dict:
+    """Everything `run_to_dict` holds but the traces."""
     session = visit.session
     named = set(session.ids)
-    for trace in session.traces:
+    for trace in list(session.traces):
         if trace.logits is not None:
             named.update(int(i) for i in np.argsort(trace.logits)[-PIECES_PER_STEP:])
     ids = sorted(named)
-    return {
+    head = {
         "format": FORMAT, "model": visit.model_name, "description": visit.description,
         "config": visit.config, "ids": list(session.ids), "text": session.text,
         "pieces": dict(zip(map(str, ids), session.pieces(ids), strict=True)),
-        "traces": [trace.to_dict() for trace in session.traces],
     }
+    return head if attention_left_out is None else {**head, "attention_left_out": attention_left_out}
 
 
-def save_run(visit, path: Path) -> Path:
-    """Write the visit's run to `path` as JSON (strict: no NaN or infinities) and return the path."""
-    path.write_text(json.dumps(run_to_dict(visit), allow_nan=False), encoding="utf-8")
+def save_run(visit, path: Path, attention_left_out: str | None = None) -> Path:
+    """Write the visit's run to `path` as JSON (strict: no NaN or infinities; `run_to_dict`'s text)
+    and return the path.
+
+    The JSON is written one trace at a time (one trace's text in memory, not the run's) into a hidden
+    file beside `path`, renamed to `path` once complete: a full disk leaves no half-written run.
+
+    Raises:
+        ExportError: the file cannot be written (disk full, folder not writable); the partial file
+            is removed.
+    """
+    partial = path.with_name(f".{path.name}.partial")
+    head = json.dumps(_run_head(visit, attention_left_out), allow_nan=False)
+    try:
+        with partial.open("w", encoding="utf-8") as file:
+            file.write(head[:-1] + ', "traces": [')
+            for index, trace in enumerate(list(visit.session.traces)):
+                text = json.dumps(trace_dict(trace, attention_left_out is None), allow_nan=False)
+                file.write(f", {text}" if index else text)
+            file.write("]}")
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise ExportError(f"Cannot write the run to {path.parent} ({exc.strerror or exc}). Free some disk "
+                          "space there, or make it writable, and export again.") from exc
     return path
 
 
@@ -47,24 +92,23 @@ class SavedSession:
     so it cannot take a step.
 
     Args:
-        data: a dict in `FORMAT` (see `run_to_dict`).
+        data: a dict in `FORMAT` (see `run_to_dict`), untrusted: every field is checked against the
+            saved-run schema (`explorer.ui.run_schema.check_run`) before any is used.
 
     Raises:
-        ConfigError: not a saved run of this format.
+        ConfigError: not a saved run of this format, or a field that breaks the schema (the message
+            names it).
     """
 
     def __init__(self, data: dict) -> None:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ConfigError(f"Not a saved run of the LLM Inference Explorer (expected format {FORMAT}).")
-        try:
-            self.traces = [StepTrace.from_dict(trace) for trace in data["traces"]]
-            self.model_name, self.description = data["model"], data["description"]
-            self.config, self.ids, self.text = data["config"], list(data["ids"]), data["text"]
-            self._pieces = {int(i): piece for i, piece in data["pieces"].items()}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"The saved run is incomplete or damaged ({exc!r}).") from exc
-        if not self.traces:
-            raise ConfigError("The saved run has no steps.")
+        check_run(data)
+        self.traces = [StepTrace.from_dict(trace) for trace in data["traces"]]
+        self.model_name, self.description = data["model"], data["description"]
+        self.config, self.ids, self.text = data["config"], list(data["ids"]), data["text"]
+        self._pieces = {int(i): piece for i, piece in data["pieces"].items()}
+        self.attention_left_out = data.get("attention_left_out")
 
     @property
     def finished(self) -> bool:
@@ -79,12 +123,14 @@ class SavedSession:
         """The saved probabilities, [h_q, q_len, kv_len] float32.
 
         Raises:
-            SessionStateError: the session had given them up before it was saved.
+            SessionStateError: the export left attention out, or the session had given them up before
+                it was saved.
         """
         probs = self.traces[step_index].attention[layer].probs
         if probs is None:
+            why = self.attention_left_out or "the session had given it up to stay within its memory budget"
             raise SessionStateError(f"The saved run holds no attention for layer {layer} at step {step_index} "
-                                    "(the session had given it up to stay within its memory budget).")
+                                    f"({why}).")
         return probs
 
     def decode_step(self, settings=None) -> None:
@@ -97,13 +143,10 @@ class SavedSession:
 
 
 def load_run(path: str | Path) -> SavedSession:
-    """Read a saved run.
+    """Read a saved run (a file over `run_schema.MAX_RUN_BYTES` is refused before it is parsed).
 
     Raises:
-        ConfigError: unreadable, not JSON, or not a saved run.
+        ConfigError: unreadable, too large, not strict JSON, or not a saved run (the message says
+            what is wrong and what to do).
     """
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"Cannot read the saved run: {exc}") from exc
-    return SavedSession(data)
+    return SavedSession(read_run(path))

@@ -38,6 +38,9 @@ def token_strip_html(traces: list[StepTrace], step: int, next_piece: str | None)
 
 
 def _chip(piece: str, token_id: int, css: str, title: str) -> str:
-    return (f'<span class="tok {css}" title="id {token_id} · {html.escape(title)}">'
-            f'<span class="piece">{html.escape(visible_piece(piece))}</span><sub>{token_id}</sub></span>')
+    # the id is escaped too: a saved run is checked to hold whole-number ids, but this HTML must be
+    # safe whatever it is given (an id such as '"><img src=x onerror=...>' once ran its script here)
+    shown_id = html.escape(str(token_id))
+    return (f'<span class="tok {css}" title="id {shown_id} · {html.escape(title)}">'
+            f'<span class="piece">{html.escape(visible_piece(piece))}</span><sub>{shown_id}</sub></span>')
 

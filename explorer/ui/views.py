@@ -10,11 +10,12 @@ sliding-window layer that dropped early keys reruns the context).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.analysis.hardware import get_hardware
+from explorer.analysis.hardware import THIS_MACHINE, get_hardware
 from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError
@@ -23,11 +24,12 @@ from explorer.figures.journey import journey_figure
 from explorer.figures.kv_cache import kv_cache_figure
 from explorer.figures.roofline import roofline_figure
 from explorer.figures.sampling import sampling_figure
-from explorer.figures.theme import empty_figure, presenter_style
+from explorer.figures.theme import empty_figure, plain_label, presenter_style
 from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.sampling import resample
 from explorer.runner.session import InferenceSession
 from explorer.trace import SamplingRecord, StepTrace
+from explorer.ui.export import remove_export
 from explorer.ui.hosting import Limits
 from explorer.ui.saved import SavedSession
 
@@ -50,6 +52,7 @@ class Visit:
         description: one line on the model and its weights.
         config: the model's Hugging Face config as a dict.
         spec: the model as the cost model sees it; None for a family it does not know (no roofline).
+        export_path: the page's latest export on disk (`explorer.ui.export`), deleted with the visit.
     """
 
     session: InferenceSession | SavedSession
@@ -58,6 +61,7 @@ class Visit:
     description: str
     config: dict
     spec: ModelSpec | None = None
+    export_path: Path | None = field(default=None, init=False, repr=False)
     _prefill_attention: tuple[int, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -78,8 +82,10 @@ class Visit:
         return cls(saved, limits, saved.model_name, saved.description, saved.config)
 
     def close(self) -> None:
-        """Free the session's KV cache and traces (the page closed or started over)."""
+        """Free the session's KV cache and traces, and delete its export (the page closed or started over)."""
         self._prefill_attention = None
+        remove_export(self.export_path)
+        self.export_path = None
         self.session.close()
 
     def prefill_attention(self, layer: int) -> np.ndarray:
@@ -184,8 +190,8 @@ def sampling_view(visit: Visit, options: ViewOptions, preview: SamplingSettings 
     record = trace.sampling if preview is None else preview_record(visit, trace, preview)
     fig = sampling_figure(record, visit.piece, trace.step_index)
     if preview is not None and preview.to_dict() != trace.sampling.settings:
-        fig.update_layout(title_text=f"{fig.layout.title.text} · preview: the step drew "
-                                     f"{visit.piece(trace.sampling.token_id)!r} with its own settings")
+        drawn = plain_label(repr(visit.piece(trace.sampling.token_id)))
+        fig.update_layout(title_text=f"{fig.layout.title.text} · preview: the step drew {drawn} with its own settings")
     return fig
 
 
@@ -201,10 +207,20 @@ def roofline_view(visit: Visit, options: ViewOptions) -> go.Figure:
     if visit.spec is None:
         return empty_figure("roofline", "The cost model does not know this model family.")
     trace = visit.trace(options.step)
-    measured = trace.device != "meta" and options.hardware == roofline_hardware_key(trace.device)
     decode = trace if trace.step_index > 0 else None
     return roofline_figure(visit.spec, visit.traces[0], decode, get_hardware(options.hardware),
-                           trace.step_index, measured=measured)
+                           trace.step_index, measured=_measured_on(visit, trace.device, options.hardware))
+
+
+def _measured_on(visit: Visit, device: str, hardware: str) -> bool:
+    """Whether the step's measured points belong on `hardware`'s roofline: it is the machine the step
+    ran on. A saved run's GPU cannot be named here (this machine may have none, or another), so its
+    measured points show only for a CPU or MPS run on "this-machine"."""
+    if device == "meta":
+        return False
+    if isinstance(visit.session, SavedSession):
+        return not device.startswith("cuda") and hardware == THIS_MACHINE
+    return hardware == roofline_hardware_key(device)
 
 
 RENDERERS = {"journey": journey_view, "attention": attention_view, "kv_cache": kv_cache_view,

@@ -50,7 +50,9 @@ def snapshot(visit) -> tuple:
 @pytest.mark.parametrize("prompt, template, message", [
     ("", False, "The prompt is empty: type some text"),
     ("   \n\t ", True, "The prompt is empty: type some text"),
-    ("x" * 100_000, False, "The prompt is 100000 tokens; this model's context window is 160 tokens .* Shorten"),
+    ("x" * 10_000, False, "The prompt is 10000 tokens; this model's context window is 160 tokens .* Shorten"),
+    ("x" * 100_000, False, r"The prompt is 100,000 characters; here the limit is 32,768 characters \(for 2048 "
+                           r"tokens\)\. Shorten the prompt"),  # refused before the tokenizer runs
     ("x" * CONTEXT, False, "The prompt is 160 tokens; this model's context window is 160 .* Shorten the prompt"),
     ("x" * 150, True, "The prompt is 168 tokens; .* Shorten the prompt"),  # the chat template adds 18
     ("\ud800", False, r"not valid Unicode \(a lone surrogate, '\\ud800', at position 0\).*Delete it"),

@@ -1,0 +1,195 @@
+"""Exporting a page's run as JSON: its size told before it is written, bounded in a hosted app, and
+its file deleted again.
+
+Attention dominates an export: a 533-token prefill of SmolLM2 keeps 26 M probabilities, most of the
+264 MB (252 MiB) of JSON that take about 40 s to write here (benchmarks/bench_export.py). So the
+size is estimated first (`plan_export`, in about 0.1 s) and shown on the export button after every
+step and in a message before writing; over a hosted app's cap (`Limits.max_export_bytes`) attention
+is left out, and a run still over the cap is refused. The file is written into Gradio's cache
+folder, which Gradio serves without copying it (and cleans with `delete_cache`); a page's previous
+export is deleted when it exports again, and its last one when its session ends (`Visit.close`),
+so disk use returns to where it started. What aborted uploads and killed apps leave in that folder
+is removed at start and after each export.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+from gradio.utils import get_upload_folder
+
+from explorer.errors import ExportError
+from explorer.trace import _to_plain as json_ready
+from explorer.ui.saved import PIECES_PER_STEP, save_run, trace_dict
+
+EXPORT_FOLDER_NAME = "explorer-exports"  # inside Gradio's cache folder
+SAMPLE_ARRAYS = 64  # arrays whose values are sampled to estimate the text length of a value
+SAMPLE_VALUES = 64  # values sampled per array
+ZERO_BYTES, NULL_BYTES = len("0.0, "), len("null, ")  # an exact 0 (attention above the diagonal), a -inf
+LEFTOVER_S = 3600  # an upload's temporary file or an export untouched this long is no longer in use
+PIECE_BYTES = 18  # a token piece with its id in the file's "pieces", on average (SmolLM2: 17.6, bench_export.py)
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """What an export will write.
+
+    Attributes:
+        estimated_bytes: the file's size, estimated (within about 10%).
+        attention_left_out: why attention is left out (saved as null), or None when it is kept.
+    """
+
+    estimated_bytes: int
+    attention_left_out: str | None = None
+
+    def summary(self) -> str:
+        """E.g. "about 252 MB" or "about 8.9 MB, attention left out"."""
+        return f"about {size_text(self.estimated_bytes)}" + (", attention left out" if self.attention_left_out else "")
+
+
+def plan_export(visit) -> ExportPlan:
+    """The export of a visit's run (`explorer.ui.views.Visit`) under its app's `max_export_bytes`:
+    with attention when it fits, else without.
+
+    Raises:
+        ExportError: over the cap even without attention.
+    """
+    most_bytes = visit.limits.max_export_bytes
+    full_bytes = estimated_bytes(visit, keep_attention=True)
+    if most_bytes is None or full_bytes <= most_bytes:
+        return ExportPlan(full_bytes)
+    bare_bytes = estimated_bytes(visit, keep_attention=False)
+    if bare_bytes > most_bytes:
+        raise ExportError(f"This run would export to about {size_text(bare_bytes)} even without attention, more "
+                          f"than the {size_text(most_bytes)} this explorer writes. Export earlier in a run (after "
+                          "fewer decode steps), or run the explorer on your own machine for longer runs.")
+    return ExportPlan(bare_bytes, f"this explorer writes at most {size_text(most_bytes)} per export, and with "
+                                  f"attention the run would be about {size_text(full_bytes)}")
+
+
+def export_label(visit) -> str:
+    """The export button's label: its estimated size, or why it cannot be exported (no visit: plain)."""
+    if visit is None:
+        return "Export run (JSON)"
+    try:
+        return f"Export run (JSON, {plan_export(visit).summary()})"
+    except ExportError:
+        return f"Export run (over the {size_text(visit.limits.max_export_bytes)} this explorer writes)"
+
+
+def write_export(visit, plan: ExportPlan, cache_folder: str | Path | None = None) -> Path:
+    """Write the visit's run as planned into a fresh folder under Gradio's cache folder (default:
+    `gradio.utils.get_upload_folder()`), delete the page's previous export, and return the file.
+
+    Raises:
+        ExportError: the disk is full or the folder not writable (nothing is left behind).
+    """
+    folder = Path(cache_folder or get_upload_folder()) / EXPORT_FOLDER_NAME / secrets.token_hex(8)
+    try:
+        folder.mkdir(parents=True)
+        path = save_run(visit, folder / f"explorer-run-step-{len(visit.traces) - 1}.json", plan.attention_left_out)
+    except BaseException as exc:
+        shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise ExportError(f"Cannot write the run to {folder.parent} ({exc.strerror or exc}). Free some disk "
+                              "space there, or make it writable, and export again.") from exc
+        raise
+    remove_export(visit.export_path)
+    visit.export_path = path
+    remove_leftovers(cache_folder)
+    return path
+
+
+def remove_export(path: Path | None) -> None:
+    """Delete an export written by `write_export` and its folder (a file already gone is ignored)."""
+    if path is not None:
+        shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def remove_leftovers(cache_folder: str | Path | None = None, older_than_s: float = LEFTOVER_S) -> int:
+    """Delete what aborted uploads and stopped apps left in Gradio's cache folder (default
+    `get_upload_folder()`) and return how many files and folders were removed.
+
+    Gradio streams an upload into a `tmp*` file at the folder's top and moves it into a subfolder once
+    complete; a client that disconnects midway leaves that file behind (Gradio 6.31, measured), up to
+    `max_file_size` bytes. An app killed before its sessions ended leaves their exports. Only what has
+    not been written to for `older_than_s` is removed: no upload in flight, no export a page still
+    shows (several apps may share the folder). Errors (a file already gone, a read-only folder) are
+    ignored.
+    """
+    folder = Path(cache_folder or get_upload_folder())
+    try:
+        candidates = [*folder.glob("tmp*"), *(folder / EXPORT_FOLDER_NAME).glob("*")]
+    except OSError:
+        return 0
+    removed = 0
+    for path in candidates:
+        try:
+            if time.time() - path.stat().st_mtime <= older_than_s:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def estimated_bytes(visit, keep_attention: bool = True) -> int:
+    """The size of the visit's export as JSON, bytes, from its arrays' sizes without writing it: each
+    exact zero and each -inf counted at its fixed text length, every other value at the mean text
+    length of a sample of them, plus the text of everything else (one trace's, times the traces)."""
+    traces = list(visit.traces)
+    logits = [trace.logits for trace in traces if trace.logits is not None]
+    logits += [stage.logits for trace in traces if trace.sampling for stage in trace.sampling.stages]
+    # each record read once: a session may give a matrix up (set it to None) meanwhile
+    probs = [probs for probs in (record.probs for trace in traces for record in trace.attention) if probs is not None]
+    values_bytes = _values_text_bytes(logits, blank=-np.inf)
+    if keep_attention:
+        values_bytes += _values_text_bytes(probs, blank=0.0)
+    bare_trace = trace_dict(replace(traces[-1], logits=None, sampling=None, attention=[]))
+    session = visit.session
+    head = {"model": visit.model_name, "description": visit.description, "config": visit.config,
+            "ids": list(session.ids), "text": session.text}
+    pieces = len(session.ids) + PIECES_PER_STEP * len(traces)  # at most; each `"id": "piece", `
+    other_bytes = len(json.dumps(bare_trace)) * len(traces) + len(json.dumps(head)) + pieces * PIECE_BYTES
+    return round(other_bytes + values_bytes)
+
+
+def size_text(n_bytes: float) -> str:
+    """A size for people: "740 KB", "3.1 MB", "252 MB", in the units of Gradio's file component beside
+    the export button (1 KB = 1,024 bytes)."""
+    for unit, scale in (("GB", 2**30), ("MB", 2**20), ("KB", 2**10)):
+        if n_bytes >= scale:
+            value = n_bytes / scale
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    return f"{n_bytes:.0f} bytes"
+
+
+def _values_text_bytes(arrays: list[np.ndarray], blank: float) -> float:
+    """Estimated JSON text of float32 `arrays` as `StepTrace.to_dict` writes them, bytes: each `blank`
+    value (0 above attention's diagonal, -inf for a token a sampling stage filtered out) at its fixed
+    length, every other value at the mean length of an evenly spaced sample of them."""
+    if not arrays:
+        return 0.0
+    values = sum(array.size for array in arrays)
+    if blank == 0:
+        blanks, blank_bytes = values - sum(np.count_nonzero(array) for array in arrays), ZERO_BYTES
+    else:
+        blanks, blank_bytes = sum(np.count_nonzero(array == blank) for array in arrays), NULL_BYTES
+    picks = []
+    for index in np.linspace(0, len(arrays) - 1, min(len(arrays), SAMPLE_ARRAYS)).astype(np.int64):
+        flat = arrays[index].reshape(-1)
+        sample = flat[np.linspace(0, flat.size - 1, min(flat.size, SAMPLE_VALUES)).astype(np.int64)]
+        picks.append(sample[sample != blank])
+    sample = np.concatenate(picks)
+    value_bytes = len(json.dumps(json_ready(sample))) / max(sample.size, 1)  # "x, " per value
+    return blanks * blank_bytes + (values - blanks) * value_bytes

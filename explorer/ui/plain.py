@@ -1,0 +1,26 @@
+"""Text from a saved run or typed by a person, shown in Markdown as plain text.
+
+A saved run's model name, description and token texts come from whoever wrote the file; Gradio renders
+Markdown (the status line, a component's `info`) with images, links and HTML tags, so such text is
+escaped before it is put into Markdown. HTML (the token strip) uses `html.escape`, a toast
+`explorer.ui.toasts.toast_text`, a Plotly label `explorer.figures.theme.plain_label`.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Every ASCII punctuation character: CommonMark lets any of them be backslash-escaped, and escaped
+# they start no emphasis, link, image, autolink, HTML tag, entity, heading, list or table.
+_MARKDOWN_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
+
+
+def markdown_text(text: str) -> str:
+    """`text` as Markdown that renders exactly as the text, on one line: every ASCII punctuation
+    character backslash-escaped, and runs of whitespace (newlines included) one space, so the text
+    can neither start a block (heading, list, code) nor form a tag, link or image.
+
+    The Markdown component must also not render LaTeX (`latex_delimiters=[]`): KaTeX reads the
+    rendered text, where an escaped `$$` is a delimiter again.
+    """
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(text.split()))

@@ -1,0 +1,46 @@
+"""Export in headless Chromium on the tiny Llama: the download box offers the file, and a new Prefill or
+Reset (which free the session and delete its export) empties the box instead of leaving a dead link."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from tiny_models import tiny_model
+
+TIMEOUT_MS = 30_000
+DOWNLOAD_LINK = "#export-file a[download]"
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    from explorer.ui.layout import build_demo, launch_options
+
+    demo = build_demo(tiny_model("llama"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **launch_options())
+    yield f"http://127.0.0.1:{port}/"
+    demo.close()
+
+
+@pytest.mark.parametrize("button, status", [("#reset-btn", None), ("#prefill-btn", "prefill:")])
+def test_the_download_box_empties_when_its_session_is_freed(browser, app_url, button, status):
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": 1280, "height": 720})
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(app_url)
+    page.locator("#prompt-box textarea").fill("Hello there")
+    page.locator("#prefill-btn").click()
+    expect(page.locator("#status")).to_contain_text("prefill:")
+    page.locator("#lecture-tools").get_by_text("Share a link, export the run").click()
+    page.locator("#export-btn").click()
+    expect(page.locator(DOWNLOAD_LINK)).to_have_attribute("download", "explorer-run-step-0.json")
+    page.locator(button).click()
+    if status:
+        expect(page.locator("#status")).to_contain_text(status)
+    expect(page.locator(DOWNLOAD_LINK)).to_have_count(0)
+    page.close()

@@ -1,0 +1,228 @@
+"""Exports and uploads on disk: repeated exports leave the disk as it was, an export says its size
+before it is written, a hosted app bounds it (attention left out, then refused), a full disk is a
+clear message with nothing half-written left, and uploads are capped while they arrive.
+
+The app runs in-process on loopback over the tiny Llama, with Gradio's cache folder and the system
+temp folder both pointed into the test's own folder, so everything the app writes is counted.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import re
+import socket
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import gradio as gr
+import httpx
+import pytest
+from gradio_client import Client
+from tiny_models import tiny_model
+
+from explorer.errors import SessionStateError
+from explorer.ui import export, handlers, saved
+from explorer.ui.hosting import HOSTED, LOCAL, Served
+from explorer.ui.layout import DELETE_CACHE, build_demo, launch_options
+from explorer.ui.models import ModelRegistry
+from explorer.ui.saved import load_run
+
+PROMPT = "Exports must not fill the disk: each click writes a file that must go again."
+SAMPLED = (True, 0.9, 20, 0.95, 0.0, 5, 16)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
+VIEW = (0, False, "h100-sxm", "attention")
+EXPORTS = 10
+
+
+class FakeRequest:
+    def __init__(self, session_hash="page"):
+        self.session_hash, self.query_params = session_hash, {}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama")
+
+
+@pytest.fixture
+def folders(tmp_path, monkeypatch):
+    """Gradio's cache folder and the system temp folder, both inside the test's folder."""
+    gradio_cache, system_temp = tmp_path / "gradio", tmp_path / "tmp"
+    gradio_cache.mkdir()
+    system_temp.mkdir()
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(gradio_cache))
+    monkeypatch.setattr(tempfile, "tempdir", str(system_temp))
+    return gradio_cache, system_temp
+
+
+def disk_bytes(*folders: Path) -> int:
+    """Bytes of every file under `folders`."""
+    return sum(path.stat().st_size for folder in folders for path in folder.rglob("*") if path.is_file())
+
+
+def run(served, limits=None, steps=2, page="page"):
+    """A live visit: prefill of `PROMPT` and `steps` decode steps."""
+    app = handlers.ServedHandlers(served)
+    visit, *_ = app.on_prefill_click(FakeRequest(page), None, served.registry.default_choice, "", PROMPT, 17, False,
+                                     "", *SAMPLED, *VIEW)
+    if limits is not None:
+        visit.limits = limits
+    for _ in range(steps):
+        handlers.on_decode_click(visit, *SAMPLED, *VIEW)
+    return visit
+
+
+def test_ten_exports_through_the_app_leave_the_disk_where_it_started(model, folders):
+    demo = build_demo(model)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options())
+    client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
+    try:
+        start_bytes = disk_bytes(*folders)
+        prefill = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/prefill"]
+        values = {"Prompt": PROMPT, "Use the chat template": False, "Or any causal LM: hub id or local folder": ""}
+        client.predict(*[values.get(p["label"], p["parameter_default"]) for p in prefill["parameters"]],
+                       api_name="/prefill")
+        sizes = []
+        for _ in range(EXPORTS):
+            served = client.predict(api_name="/export")
+            sizes.append(served["size"])
+            # the file Gradio serves is the one written: no second copy, no temp file left behind
+            assert disk_bytes(*folders) - start_bytes == served["size"]
+        print(f"\n{EXPORTS} exports of {sizes[0]} bytes: {disk_bytes(*folders) - start_bytes} bytes held after them")
+        client.predict(api_name="/reset")
+        assert disk_bytes(*folders) == start_bytes
+    finally:
+        client.close()
+        demo.close()
+    assert demo.delete_cache == DELETE_CACHE  # Gradio also cleans its cache of what the app put there
+
+
+def test_uploads_over_the_cap_are_refused_while_they_arrive(model, folders):
+    limits = replace(LOCAL, max_upload_bytes=2**20)
+    assert launch_options(limits)["max_file_size"] == 2**20
+    demo = build_demo(model, limits=limits)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **launch_options(limits))
+    try:
+        url = f"http://127.0.0.1:{port}/gradio_api/upload"
+        big = httpx.post(url, files={"files": ("run.json", io.BytesIO(b"x" * (2 * 2**20)))}, timeout=30)
+        small = httpx.post(url, files={"files": ("run.json", io.BytesIO(b"{}"))}, timeout=30)
+    finally:
+        demo.close()
+    assert big.status_code == 413 and "maximum allowed size" in big.text
+    assert small.status_code == 200
+
+
+def test_what_aborted_uploads_and_killed_apps_left_is_removed_and_files_in_use_are_kept(folders):
+    gradio_cache, _ = folders
+    aborted, in_flight, finished = gradio_cache / "tmpaborted", gradio_cache / "tmpinflight", gradio_cache / "ab12"
+    old_export, new_export = (gradio_cache / export.EXPORT_FOLDER_NAME / name for name in ("0ld", "n3w"))
+    for folder in (finished, old_export, new_export):
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text("{}")
+    for path in (aborted, in_flight):
+        path.write_bytes(b"x" * 1000)
+    long_ago_s = aborted.stat().st_mtime - 2 * export.LEFTOVER_S
+    for path in (aborted, old_export):
+        os.utime(path, (long_ago_s, long_ago_s))
+    assert export.remove_leftovers() == 2
+    assert not aborted.exists() and not old_export.exists()
+    assert in_flight.exists() and (finished / "run.json").exists() and (new_export / "run.json").exists()
+
+
+def test_the_size_is_said_before_the_file_is_written(model, folders, monkeypatch):
+    served = Served.create(ModelRegistry(model), LOCAL)
+    visit = run(served)
+    events = []
+    monkeypatch.setattr(gr, "Info", lambda message, **kwargs: events.append(("said", message)))
+    write = saved.save_run
+    monkeypatch.setattr(export, "save_run", lambda *args: events.append(("written", None)) or write(*args))
+    path = Path(handlers.on_export_click(visit))
+    size_bytes = path.stat().st_size
+    (said, message), (written, _) = events
+    assert (said, written) == ("said", "written")
+    estimated_bytes = export.plan_export(visit).estimated_bytes
+    assert message == f"Writing the run as JSON: about {export.size_text(estimated_bytes)}."
+    assert abs(estimated_bytes / size_bytes - 1) < 0.1
+    assert handlers.on_export_label(visit)["value"] == f"Export run (JSON, about {export.size_text(estimated_bytes)})"
+    assert handlers.on_export_label(None)["value"] == "Export run (JSON)"
+
+
+def test_a_hosted_export_leaves_attention_out_over_its_cap_and_says_so(model, folders, monkeypatch):
+    served = Served.create(ModelRegistry(model), HOSTED)
+    probe_visit = run(served)
+    full_bytes = export.estimated_bytes(probe_visit)
+    bare_bytes = export.estimated_bytes(probe_visit, keep_attention=False)
+    assert bare_bytes < full_bytes / 3  # attention is most of the file
+    limits = replace(HOSTED, max_export_bytes=(full_bytes + bare_bytes) // 2)
+    visit = run(served, limits, page="capped")
+    said = []
+    monkeypatch.setattr(gr, "Info", lambda message, **kwargs: said.append(message))
+    path = handlers.on_export_click(visit)
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    assert "at most" in data["attention_left_out"]
+    assert all(record["probs"] is None for trace in data["traces"] for record in trace["attention"])
+    assert "attention left out (this explorer writes at most" in said[0]
+    assert "attention left out" in handlers.on_export_label(visit)["value"]
+    replayed = load_run(path)  # still a saved run the app shows
+    assert len(replayed.traces) == len(visit.traces)
+    with pytest.raises(SessionStateError, match=re.escape(f"({data['attention_left_out']})")):
+        replayed.attention_probs(0, 0)  # the attention view says why, not "given up to stay within its budget"
+    with pytest.raises(gr.Error, match="would export to about .* even without attention"):
+        visit.limits = replace(HOSTED, max_export_bytes=bare_bytes // 2)
+        handlers.on_export_click(visit)
+    assert "over the" in handlers.on_export_label(visit)["value"]
+
+
+def test_a_hosted_page_says_how_exports_are_bounded(model, folders):
+    demo = build_demo(model, limits=HOSTED)
+    notes = [block for block in demo.blocks.values() if getattr(block, "elem_id", None) == "export-note"]
+    assert len(notes) == 1 and "without its attention" in notes[0].value
+    assert not [block for block in build_demo(model).blocks.values() if getattr(block, "elem_id", None) == "export-note"]
+
+
+def test_a_full_disk_is_a_clear_message_and_leaves_no_half_written_file(model, folders, tmp_path, monkeypatch):
+    served = Served.create(ModelRegistry(model), LOCAL)
+    visit = run(served)
+    real_open = Path.open
+
+    class FullDisk(io.StringIO):
+        """A file on a disk that fills after 1,000 characters (the real file is written up to there)."""
+
+        def __init__(self, path):
+            super().__init__()
+            self.file = real_open(path, "w", encoding="utf-8")
+
+        def write(self, text):
+            room = 1000 - self.tell()
+            self.file.write(text[:max(room, 0)])
+            if len(text) > room:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return super().write(text)
+
+        def close(self):
+            self.file.close()
+            super().close()
+
+    def open_on_full_disk(path, mode="r", *args, **kwargs):
+        if "w" in mode and tmp_path in Path(path).parents:
+            return FullDisk(path)
+        return real_open(path, mode, *args, **kwargs)
+
+    before_bytes = disk_bytes(*folders)
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "open", open_on_full_disk)
+        with pytest.raises(gr.Error, match=r"Cannot write the run .*No space left on device.*Free some disk space"):
+            handlers.on_export_click(visit)
+    assert disk_bytes(*folders) == before_bytes
+    assert not [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert visit.export_path is None

@@ -1,0 +1,206 @@
+"""Live sessions without a server: leases on a fake clock, pages that close mid-step, the per-client cap,
+the per-page event cap, and the prompt's character cap, through `LiveSessions`, `EventGate` and the handlers."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+from explorer.errors import PromptError, SessionStateError
+from explorer.runner.session import CHARS_PER_TOKEN_MAX, InferenceSession, check_prompt_chars
+from explorer.ui import handlers
+from explorer.ui.hosting import CLOSED_PAGES_KEPT, HOSTED, EventGate, Limits, LiveSessions, Served, client_address
+from explorer.ui.models import ModelRegistry
+
+GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
+VIEW = (1, False, "h100-sxm", "journey")  # layer, average over heads, roofline hardware, the view on screen
+
+
+class Clock:
+    """A clock the test moves by hand, seconds."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+class Visit:
+    """A session that records whether it was closed."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Request:
+    """What the handlers read of a `gr.Request`: the page's session hash and the visitor's address."""
+
+    def __init__(self, page: str, address: str = "10.0.0.1") -> None:
+        self.session_hash, self.headers, self.client = page, {"x-forwarded-for": address}, None
+
+
+def prefill(served, page: str, prompt: str = "Hi there!", system: str = "", address: str = "10.0.0.1"):
+    return handlers.ServedHandlers(served).on_prefill_click(
+        Request(page, address), None, served.registry.default_choice, "", prompt, 17, bool(system), system,
+        *GREEDY, *VIEW)
+
+
+def test_a_session_whose_page_shows_no_sign_of_life_is_freed_after_its_lease():
+    clock = Clock()
+    live = LiveSessions(limit=2, lease_s=180, clock=clock)
+    quiet, ticking = Visit(), Visit()
+    live.admit("quiet", quiet)
+    live.admit("ticking", ticking)
+    with pytest.raises(SessionStateError, match="serving 2 sessions"):
+        live.check_room("third")
+    for _ in range(4):  # the open page's timer renews its lease; the other page never does
+        clock.now_s += 60
+        live.renew("ticking")
+    assert quiet.closed and not ticking.closed and len(live) == 1
+    live.check_room("third")  # room again
+    clock.now_s += 181
+    live.check_room("third")  # the room check itself frees a session whose lease ran out
+    assert ticking.closed and len(live) == 0
+
+
+def test_twenty_clients_that_never_renew_free_every_slot_within_the_lease():
+    clock = Clock()
+    live = LiveSessions(limit=20, lease_s=180, clock=clock)
+    visits = [Visit() for _ in range(20)]
+    for i, visit in enumerate(visits):
+        live.admit(f"client-{i}", visit, f"10.0.0.{i}")
+    with pytest.raises(SessionStateError, match="serving 20 sessions, its limit"):
+        live.check_room("visitor")
+    clock.now_s += 90
+    with pytest.raises(SessionStateError, match="serving 20 sessions"):
+        live.check_room("visitor")  # 90 s later the slots are still leased
+    clock.now_s += 91
+    live.admit("visitor", Visit())
+    assert all(visit.closed for visit in visits) and len(live) == 1
+
+
+def test_a_session_admitted_after_its_page_closed_is_closed_at_once():
+    live = LiveSessions(limit=2, clock=Clock())
+    live.release("page", page_closed=True)  # the page closed while its prefill ran
+    late = Visit()
+    with pytest.raises(SessionStateError, match="The page closed before its step finished"):
+        live.admit("page", late)
+    assert late.closed and len(live) == 0
+    live.release("reset-page")  # Reset is not a close: the page may prefill again
+    live.admit("reset-page", Visit())
+    assert len(live) == 1
+
+
+def test_a_page_that_renews_after_a_close_is_open_again():
+    """A page whose connection dropped and came back (Gradio fired its unload) ticks again: it may prefill."""
+    live = LiveSessions(limit=2, clock=Clock())
+    live.release("page", page_closed=True)
+    live.renew("page")
+    live.admit("page", Visit())
+    assert len(live) == 1
+
+
+def test_closed_pages_are_remembered_for_an_hour_and_at_most_a_bounded_number():
+    clock = Clock()
+    live = LiveSessions(limit=2, clock=clock)
+    live.release("old", page_closed=True)
+    for i in range(CLOSED_PAGES_KEPT):
+        live.release(f"page-{i}", page_closed=True)
+    assert len(live._closed_pages) == CLOSED_PAGES_KEPT and "old" not in live._closed_pages
+    clock.now_s += 3601
+    live.check_room("any")
+    assert len(live._closed_pages) == 0
+
+
+def test_one_address_holds_at_most_its_share_of_sessions():
+    live = LiveSessions(limit=20, per_client=3, clock=Clock())
+    for i in range(3):
+        live.admit(f"tab-{i}", Visit(), "10.0.0.1")
+    with pytest.raises(SessionStateError, match=r"one visitor may hold at most 3 sessions at once.*press Reset"):
+        live.admit("tab-3", Visit(), "10.0.0.1")
+    live.admit("tab-0", Visit(), "10.0.0.1")  # a page's new session replaces its own
+    live.admit("elsewhere", Visit(), "10.0.0.2")
+    live.release("tab-1")
+    live.admit("tab-3", Visit(), "10.0.0.1")
+    assert len(live) == 4
+
+
+def test_the_client_address_is_the_proxys_forwarded_address_else_the_peer():
+    peer = type("Peer", (), {"host": "172.16.0.9"})()
+    assert client_address(type("R", (), {"headers": {"x-forwarded-for": "203.0.113.7, 10.1.2.3"},
+                                          "client": peer})()) == "203.0.113.7"
+    assert client_address(type("R", (), {"headers": {}, "client": peer})()) == "172.16.0.9"
+    assert client_address(None) == ""
+
+
+def test_the_event_gate_admits_until_a_page_has_its_cap_in_the_queue():
+    queued = {"page": set(), "other": set()}
+    gate = EventGate(2, lambda page: queued[page])
+    gate.admit("page")
+    queued["page"] |= {"e1", "e2"}  # Gradio queued the first and a second event
+    with pytest.raises(SessionStateError, match="This page already has 2 steps or redraws in the queue"):
+        gate.admit("page")
+    gate.admit("other")  # another page is not held back
+    queued["page"].discard("e1")  # the running one ended
+    gate.admit("page")
+
+
+def test_prompt_text_is_capped_in_characters_before_the_tokenizer_runs(model, monkeypatch):
+    most = 512 * CHARS_PER_TOKEN_MAX
+    check_prompt_chars("x" * most, "prompt", 512, "Shorten it.")
+    with pytest.raises(PromptError, match=rf"The prompt is {most + 1:,} characters; here the limit is {most:,} "
+                                          r"characters \(for 512 tokens\)\. Shorten it\."):
+        check_prompt_chars("x" * (most + 1), "prompt", 512, "Shorten it.")
+    check_prompt_chars("x" * 10**6, "prompt", None, "")  # no cap without a token cap
+
+    def no_tokenizer(*args, **kwargs):
+        raise AssertionError("the tokenizer ran")
+
+    session = InferenceSession(model, max_prompt_tokens=8, limit_advice="Shorten the prompt.")
+    monkeypatch.setattr(type(model.tokenizer), "__call__", no_tokenizer)
+    monkeypatch.setattr(type(model.tokenizer), "apply_chat_template", no_tokenizer)
+    with pytest.raises(PromptError, match=r"The system prompt is 129 characters; here the limit is 128"):
+        session.prefill("Hi", system_prompt="s" * 129)
+    with pytest.raises(PromptError, match=r"The prompt is 30,000,000 characters; here the limit is 128"):
+        session.prefill("x" * 30_000_000, use_chat_template=False)
+
+
+def test_a_huge_prompt_through_the_handler_is_the_same_message_and_keeps_the_session(model):
+    served = Served.create(ModelRegistry(model), Limits(max_prompt_tokens=100))
+    visit, *_ = prefill(served, "page")
+    with pytest.raises(gr.Error, match=r"The prompt is 1,601 characters; here the limit is 1,600 characters "
+                                       r"\(for 100 tokens\)\. Shorten the prompt, or start the app with"):
+        prefill(served, "page", "x" * 1601)
+    assert len(visit.traces) == 1 and len(served.live) == 1
+
+
+def test_a_prefill_that_finishes_after_its_page_closed_holds_no_slot(model, monkeypatch):
+    """The page-close handler runs while the prefill runs (before the prefill admits the session)."""
+    served = Served.create(ModelRegistry(model), HOSTED)
+    app = handlers.ServedHandlers(served)
+    run_prefill = InferenceSession.prefill
+
+    def closed_mid_prefill(self, *args, **kwargs):
+        app.on_page_close(Request("page"))
+        return run_prefill(self, *args, **kwargs)
+
+    monkeypatch.setattr(InferenceSession, "prefill", closed_mid_prefill)
+    with pytest.raises(gr.Error, match="The page closed before its step finished"):
+        prefill(served, "page")
+    assert len(served.live) == 0
+
+
+def test_decode_on_a_session_freed_by_its_lease_says_so(model):
+    clock = Clock()
+    served = Served.create(ModelRegistry(model), Limits())
+    served.live.clock = clock
+    visit, *_ = prefill(served, "page")
+    clock.now_s += served.limits.session_lease_s + 1
+    served.live.check_room("other")
+    with pytest.raises(gr.Error, match="This page's session was freed .* Run the prefill again"):
+        handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    assert handlers.on_tab_select("journey")(visit, 0, 1, False, "h100-sxm") == ("journey", gr.skip())
