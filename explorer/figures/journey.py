@@ -21,7 +21,7 @@ MIN_BAR_MS = 1e-3  # a stop faster than this (or a view, None) draws as a stub
 MAX_FLOW_CHARS = 68  # what a shape column holds at 1400 px; the hover has the full text
 NORM = ("x̂ = x / √(mean(x²) + ε) ⊙ γ", "[B, T, d] → [B, T, d]", "γ [d]")
 RESIDUAL = "[B, T, d] [B, T, d] → [B, T, d]"
-# Relative stop name → (formula, shapes in symbols, weight in symbols or None). Symbols: shared/DOMAIN.md.
+# Relative stop name → (formula, shapes in symbols, weight in symbols or None). Symbols: docs/concepts.md.
 STOP_DOCS = {
     "tokenize": ("text → token ids (chat template, then the tokenizer)", "text → [B, T]", None),
     "embed": ("x_t = E[id_t]: a row lookup, no arithmetic", "[B, T] → [B, T, d]", "E [V, d]"),
