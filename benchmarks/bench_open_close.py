@@ -6,7 +6,7 @@ the page; every `--early-close`-th cycle closes it while its prefill is still ru
 leaked slots). After the last cycle the script waits for the closed pages to be noticed, then prints
 the live sessions (0 is the target), and RSS before the first cycle, the peak during the cycles and
 the RSS after (the target: back within a few tens of MB of where it started once the sessions are
-freed).
+freed; Gradio itself keeps each closed page's state records, bounded by `state_session_capacity`).
 
 Run: python benchmarks/bench_open_close.py [--cycles 200] [--early-close 4]
 """
@@ -114,7 +114,9 @@ def main() -> None:
     after_mb = rss_mb(process)
     print(f"cycles: {args.cycles} in {elapsed_s:.0f} s ({args.cycles // max(args.early_close, 1)} closed "
           "during their prefill)")
-    print(f"sessions held after: {len(served.live)} (of at most {HOSTED.max_sessions})")
+    print(f"sessions held after: {len(served.live)} (of at most {HOSTED.max_sessions}); page states Gradio still "
+          f"keeps: {len(demo.app.state_holder.session_data)} (it keeps a closed page's for an hour, at most "
+          f"{launch_options(HOSTED)['state_session_capacity']})")
     print(f"RSS: before {before_mb:.0f} MB, peak {peak.peak_mb:.0f} MB, after {after_mb:.0f} MB "
           f"({after_mb - before_mb:+.0f} MB)")
     demo.close()
