@@ -34,7 +34,8 @@ from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, StepTrace
 # (always kept; `attention_probs` recomputes any matrix from them and the cached keys, a 2,048-token
 # prefill block in about 0.3 s), plus as many probability matrices (float32) as fit beside them, the
 # newest first. A short prompt keeps every matrix; a 2,048-token prompt with 64 decode steps keeps
-# 146 MB of queries, a few MB of matrices and, with its 97 MB KV cache, stays within the app's 300 MB per-session budget.
+# 146 MB of queries, a few MB of matrices and, with its 97 MB KV cache, stays within the app's 300 MB
+# per-session budget.
 DEFAULT_ATTENTION_BUDGET_BYTES = 144 * 2**20
 
 # The prompt text allowed per token of `max_prompt_tokens`, checked before the tokenizer runs (which
