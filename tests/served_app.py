@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import uuid
 from contextlib import contextmanager
 
@@ -49,6 +50,16 @@ def serving(model, limits: Limits):
             yield f"http://127.0.0.1:{port}/", served
         finally:
             demo.close()
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    """Poll `condition` every 0.05 s until it holds or `timeout_s` passes; returns whether it held."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 class PlainClient:

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from explorer.errors import SessionStateError
 from explorer.ui.models import ModelRegistry
+from explorer.ui.run_schema import MAX_RUN_BYTES
 
 # Hub models a hosted Space may load besides the start-up model and the shape-only presets.
 HOSTED_MODELS = ("Qwen/Qwen3-0.6B",)
@@ -54,7 +55,8 @@ class Limits:
         allowed_models: hub ids loadable by name; None allows any hub id or local folder.
         max_export_bytes: largest run export written, bytes (attention is left out first); None: no cap.
         max_upload_bytes: largest file a visitor may upload (a saved run), bytes; Gradio refuses a
-            larger one while it arrives. 512 MiB is the largest saved run the app reads at all.
+            larger one while it arrives. Locally `run_schema.MAX_RUN_BYTES`, the largest saved run
+            the app reads at all.
     """
 
     max_prompt_tokens: int = 2048
@@ -67,7 +69,7 @@ class Limits:
     session_lease_s: float = LOCAL_SESSION_LEASE_S
     max_pending_events: int | None = None
     max_export_bytes: int | None = None
-    max_upload_bytes: int = 512 * 2**20
+    max_upload_bytes: int = MAX_RUN_BYTES
 
 
 LOCAL = Limits()

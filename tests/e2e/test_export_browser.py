@@ -3,10 +3,11 @@ Reset (which free the session and delete its export) empties the box instead of 
 
 from __future__ import annotations
 
-import socket
-
 import pytest
+from served_app import serving
 from tiny_models import tiny_model
+
+from explorer.ui.hosting import LOCAL
 
 TIMEOUT_MS = 30_000
 DOWNLOAD_LINK = "#export-file a[download]"
@@ -14,16 +15,8 @@ DOWNLOAD_LINK = "#export-file a[download]"
 
 @pytest.fixture(scope="module")
 def app_url():
-    from explorer.ui.layout import build_demo, launch_options
-
-    demo = build_demo(tiny_model("llama"))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                **launch_options())
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
+    with serving(tiny_model("llama"), LOCAL) as (url, _):
+        yield url
 
 
 @pytest.mark.parametrize("button, status", [("#reset-btn", None), ("#prefill-btn", "prefill:")])

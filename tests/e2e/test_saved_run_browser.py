@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from served_app import serving
 from tiny_models import tiny_model
 
 from explorer.config import SamplingSettings
@@ -39,16 +39,8 @@ HOOK_ALERT = "window.__alerts = []; window.alert = message => { window.__alerts.
 
 @pytest.fixture(scope="module")
 def app_url():
-    from explorer.ui.layout import build_demo, launch_options
-
-    demo = build_demo(tiny_model("llama"))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                **launch_options())
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
+    with serving(tiny_model("llama"), LOCAL) as (url, _):
+        yield url
 
 
 @pytest.fixture(scope="module")

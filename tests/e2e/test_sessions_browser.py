@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from served_app import PlainClient, serving, status_of
+from served_app import PlainClient, serving, status_of, wait_until
 from tiny_models import tiny_model
 
 from explorer.errors import SessionStateError
@@ -50,15 +50,6 @@ def visitor(browser, url: str, address: str):
     page.goto(url)
     page.locator("#prompt-box textarea").fill(PROMPT)
     return page
-
-
-def wait_until(condition, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 class Clock:

@@ -21,20 +21,19 @@ import ctypes.util
 import dataclasses
 import gc
 import re
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 from gradio_client import Client
+from served_app import serving, wait_until
 from tiny_models import tiny_model
 
 from explorer.config import SamplingSettings
 from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
-from explorer.ui.hosting import Served
-from explorer.ui.layout import build_demo, launch_options
+from explorer.ui.hosting import LOCAL
 
 SESSIONS = 20
 STEPS = 10
@@ -77,30 +76,8 @@ def model():
 @pytest.fixture(scope="module")
 def app(model):
     """The app on a free loopback port, with a 0.5 s heartbeat; yields (url, its `Served`)."""
-    demo, served = build_app(model)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.5")
-        demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                    **launch_options())
-        try:
-            yield f"http://127.0.0.1:{port}/", served
-        finally:
-            demo.close()
-
-
-def build_app(model):
-    """`build_demo(model)` and the `Served` it made: `build_demo` does not return it (the live
-    sessions), so `Served.create` is wrapped while it runs to keep the one it makes."""
-    created: list[Served] = []
-    create = Served.create
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Served, "create", classmethod(lambda cls, *args: created.append(create(*args)) or created[0]))
-        demo = build_demo(model)
-    (served,) = created
-    return demo, served
+    with serving(model, LOCAL) as app:
+        yield app
 
 
 def rss_bytes() -> int:
@@ -200,16 +177,6 @@ def close_all(runs: list[Run]) -> None:
     """Close every client at once (each waits for its heartbeat thread, up to 1 s)."""
     with ThreadPoolExecutor(max(1, len(runs))) as pool:
         list(pool.map(lambda run: run.client.close(), runs, timeout=UNLOAD_TIMEOUT_S))
-
-
-def wait_until(condition, timeout_s: float) -> bool:
-    """Poll `condition` every 0.1 s until it holds or `timeout_s` passes; returns whether it held."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def test_closing_clients_without_reset_frees_their_sessions_through_unload(app):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from served_app import PlainClient, serving, status_of
+from served_app import PlainClient, serving, status_of, wait_until
 from tiny_models import tiny_model
 
 from explorer.runner.session import InferenceSession
@@ -38,16 +38,6 @@ MIB = 2**20
 @pytest.fixture(scope="module")
 def model():
     return tiny_model("llama", max_position_embeddings=512)
-
-
-def wait_until(condition, timeout_s: float) -> bool:
-    """Poll `condition` every 0.1 s until it holds or `timeout_s` passes; returns whether it held."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 def test_twenty_heartbeatless_clients_hold_the_slots_only_for_the_lease(model):
