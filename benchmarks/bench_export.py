@@ -20,9 +20,8 @@ from explorer.config import SamplingSettings
 from explorer.runner import embedded
 from explorer.runner.loading import load_model
 from explorer.runner.session import InferenceSession
-from explorer.ui.export import PIECE_BYTES, estimated_bytes, plan_export, size_text, write_export
+from explorer.ui.export import estimated_bytes, plan_export, size_text, write_export
 from explorer.ui.hosting import HOSTED, LOCAL
-from explorer.ui.saved import _run_head
 from explorer.ui.views import Visit
 
 
@@ -52,8 +51,8 @@ def main() -> None:
     for _ in range(args.steps):
         session.decode_step()
     print(f"run: a {len(session.traces[0].input_ids)}-token prefill and {args.steps} decode steps")
-    pieces = _run_head(Visit.start(session, LOCAL), None)["pieces"]
-    print(f"pieces: {len(json.dumps(pieces)) / len(pieces):.1f} bytes each in the file (PIECE_BYTES = {PIECE_BYTES})")
+    pieces = session.run.pieces
+    print(f"pieces: {len(pieces)} named, {len(json.dumps(pieces)) / len(pieces):.1f} bytes each in the file")
     with tempfile.TemporaryDirectory() as cache:
         for name, limits in (("local", LOCAL), ("hosted", replace(HOSTED, max_new_tokens=LOCAL.max_new_tokens))):
             visit = Visit.start(session, limits)

@@ -30,14 +30,16 @@ import plotly.graph_objects as go
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from figure_traces import SMOLLM2, run_traces, sampling_record  # noqa: E402
+from figure_traces import SMOLLM2, run_traces, sampling_record, step_attention  # noqa: E402
 
-from explorer.analysis.hardware import Hardware, get_hardware  # noqa: E402
+from explorer.analysis.hardware import Hardware  # noqa: E402
+from explorer.analysis.measured import StepCosts, trace_costs  # noqa: E402
 from explorer.figures.attention import attention_figure, stack_attention  # noqa: E402
 from explorer.figures.journey import journey_figure  # noqa: E402
 from explorer.figures.kv_cache import kv_cache_figure  # noqa: E402
 from explorer.figures.roofline import roofline_figure  # noqa: E402
 from explorer.figures.sampling import sampling_figure  # noqa: E402
+from explorer.runner.probe import resolve_hardware  # noqa: E402
 from explorer.trace import StepTrace  # noqa: E402
 
 PROMPT = [f" w{i}" for i in range(35)]
@@ -51,11 +53,12 @@ def builders() -> dict[str, Callable[[], go.Figure]]:
     traces = run_traces(SMOLLM2, PROMPT, DECODE_STEPS)
     last = traces[-1]
     pieces = [p for t in traces for p in t.input_pieces]
-    blocks = [t.attention[LAYER].probs for t in traces]
+    blocks = [step_attention(SMOLLM2, t)[LAYER] for t in traces]
     logits = np.random.default_rng(1).normal(scale=3.0, size=SMOLLM2.vocab_size).astype(np.float32)
     greedy = sampling_record(logits)
     sampled = sampling_record(logits, temperature=0.7, top_k=50, top_p=0.9, min_p=0.05)
-    hardware = get_hardware("this-machine")
+    hardware = resolve_hardware("this-machine")
+    costs = [trace_costs(SMOLLM2, traces[0]), trace_costs(SMOLLM2, last)]  # as the Run keeps them, once per step
     new_steps = itertools.cycle(run_traces(SMOLLM2, PROMPT, NEW_DECODE_STEPS)[1:])
     return {
         "journey": lambda: journey_figure(traces[0], last, LAYER),
@@ -64,13 +67,14 @@ def builders() -> dict[str, Callable[[], go.Figure]]:
         "kv_cache": lambda: kv_cache_figure(traces, SMOLLM2.n_heads, last.step_index),
         "sampling_greedy": lambda: sampling_figure(greedy, lambda i: f" w{i}", last.step_index),
         "sampling_filtered": lambda: sampling_figure(sampled, lambda i: f" w{i}", last.step_index),
-        "roofline": lambda: roofline_figure(SMOLLM2, traces[0], last, hardware, last.step_index, measured=True),
-        "roofline_new_step": lambda: _roofline_of(next(new_steps), traces[0], hardware),
+        "roofline": lambda: roofline_figure(costs, hardware, last.step_index, measured=True),
+        "roofline_new_step": lambda: _roofline_of(next(new_steps), costs[0], hardware),
     }
 
 
-def _roofline_of(decode: StepTrace, prefill: StepTrace, hardware: Hardware) -> go.Figure:
-    return roofline_figure(SMOLLM2, prefill, decode, hardware, decode.step_index, measured=True)
+def _roofline_of(decode: StepTrace, prefill: StepCosts, hardware: Hardware) -> go.Figure:
+    """A decode step's first roofline: its costs computed (`trace_costs`, as `Run.costs` does once), then drawn."""
+    return roofline_figure([prefill, trace_costs(SMOLLM2, decode)], hardware, decode.step_index, measured=True)
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:

@@ -39,24 +39,26 @@ from bench_runner import prompt_of
 from transformers import DynamicCache
 
 from explorer.config import SamplingSettings
+from explorer.figures.views import ViewOptions
 from explorer.runner.loading import load_model
 from explorer.runner.session import InferenceSession
 from explorer.ui.hosting import LOCAL
-from explorer.ui.views import ViewOptions, Visit, attention_view
+from explorer.ui.views import Visit, render
 
 WINDOW = 5  # decode steps whose median stands for "step 1" / "step N"
 
 
 def session_bytes(session: InferenceSession) -> tuple[int, int, int, int]:
-    """(KV cache bytes, kept query bytes, bytes of every trace array, each array counted once, bytes of
+    """(KV cache bytes, kept query bytes, bytes of every trace array (each counted once) and kept attention matrix, bytes of
     the traces' Python objects around the arrays: op records, shapes, strings)."""
     cache_bytes = sum(s.key_bytes + s.value_bytes for s in session.traces[-1].kv)
     arrays = {}
     for trace in session.traces:
-        candidates = [trace.logits] + [r.probs for r in trace.attention]
+        candidates = [trace.logits]
         candidates += [s.logits for s in trace.sampling.stages] if trace.sampling else []
         arrays.update({id(a): a for a in candidates if isinstance(a, np.ndarray)})
-    return (cache_bytes, session.query_bytes, sum(a.nbytes for a in arrays.values()),
+    array_bytes = sum(a.nbytes for a in arrays.values()) + session.attention.store.kept_bytes
+    return (cache_bytes, session.query_bytes, array_bytes,
             object_bytes(session.traces, set()))
 
 
@@ -79,7 +81,7 @@ def object_bytes(value, seen: set[int]) -> int:
 def redraw(visit: Visit, step: int, layer: int) -> tuple[float, int, int]:
     """(seconds to build the attention figure, Gradio payload bytes, fig.to_json() bytes)."""
     start = time.perf_counter()
-    fig = attention_view(visit, ViewOptions(step, layer, False, "this-machine"))
+    fig = render(visit, ViewOptions(step, layer, False, "this-machine"), "attention")
     seconds = time.perf_counter() - start
     return seconds, len(gr.Plot().postprocess(fig).model_dump_json()), len(fig.to_json())
 
@@ -135,7 +137,7 @@ def run(loaded, n_prompt: int, n_steps: int, layer: int) -> list[tuple[str, str,
     session, prefill_s, prefill_cpu_s = prefill(loaded, prompt_of(loaded.tokenizer, n_prompt), n_steps)
     hooked_ms, plain_ms, redraws = decode(session, n_steps, layer)
     cache_bytes, query_bytes, trace_bytes, objects_bytes = session_bytes(session)
-    kept = sum(r.probs is not None for t in session.traces for r in t.attention)
+    kept = sum(session.attention.store.kept(t.step_index, r.layer) for t in session.traces for r in t.attention)
     total = sum(len(t.attention) for t in session.traces)
     n = session.traces[0].context_length
     ratio = statistics.median(h / p for h, p in zip(hooked_ms[1:], plain_ms[1:], strict=True))

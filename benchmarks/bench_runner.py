@@ -69,7 +69,7 @@ def bench_prefill(loaded, n_tokens: int) -> None:
         start = time.perf_counter()
         trace = session.prefill(prompt, use_chat_template=False)
         times.append(time.perf_counter() - start)
-    kept = sum(r.probs is not None for r in trace.attention)
+    kept = sum(session.attention.store.kept(trace.step_index, r.layer) for r in trace.attention)
     print(f"hooked prefill of {len(trace.input_ids)} tokens: median {statistics.median(times):.2f} s "
           f"(target <= 4 s); attention kept for {kept} of {len(trace.attention)} layers")
 
@@ -80,14 +80,14 @@ def bench_session_memory(loaded, n_prompt: int, n_steps: int) -> None:
     for _ in range(n_steps):
         session.decode_step()
     cache_bytes = sum(s.key_bytes + s.value_bytes for s in session.traces[-1].kv)
-    trace_bytes = sum(_array_bytes(t) for t in session.traces)
+    trace_bytes = sum(_array_bytes(t) for t in session.traces) + session.attention.store.kept_bytes
     total_mb = (cache_bytes + trace_bytes) / 1e6
     print(f"session after {n_prompt}-token prompt + {n_steps} steps: KV cache {cache_bytes / 1e6:.0f} MB, "
-          f"traces {trace_bytes / 1e6:.0f} MB, total {total_mb:.0f} MB (target <= 300 MB)")
+          f"traces and kept attention {trace_bytes / 1e6:.0f} MB, total {total_mb:.0f} MB (target <= 300 MB)")
 
 
 def _array_bytes(trace) -> int:
-    arrays = [trace.logits] + [r.probs for r in trace.attention]
+    arrays = [trace.logits]
     arrays += [s.logits for s in trace.sampling.stages] if trace.sampling else []
     return sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
 

@@ -25,12 +25,13 @@ from collections import defaultdict
 import torch
 from transformers import DynamicCache
 
-from explorer.analysis.hardware import Hardware, get_hardware
+from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import measured_points
 from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.loading import DEFAULT_MODEL, LoadedModel, load_model
+from explorer.runner.probe import resolve_hardware
 from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
 
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
                         progress=lambda message: print(message, file=sys.stderr))
     loaded.eos_token_ids = []  # timing steps, not answers: generation must not end early
     device = torch.device(loaded.device)
-    hardware = get_hardware(roofline_hardware_key(loaded.device))
+    hardware = resolve_hardware(roofline_hardware_key(loaded.device))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     print(f"model: {loaded.description}")
     print(f"device: {loaded.device} ({name}); roofline entry: {hardware.key} ({hardware.name})")

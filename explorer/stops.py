@@ -1,64 +1,40 @@
-"""The canonical stops of one forward pass, built in one place.
+"""The canonical stops of one forward pass and their names, built and parsed in one place.
 
 The runner records a trace under these names and the analysis predicts shapes and costs under the
 same names, so the two can be compared stop by stop. Pure Python (no torch).
 
-Names: `tokenize`, `embed`, `layers.{i}.<stop>`, `final_norm`, `lm_head`, `sample`, `detokenize`.
+Names: `tokenize`, `embed`, `layers.{i}.<stop>` (`stop_name`), `final_norm`, `lm_head`, `sample`,
+`detokenize`. Which stops a layer has comes from its family (`explorer.families`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from explorer.families import Family
 
-from explorer.errors import ConfigError
+_LAYER_PREFIX = "layers."
 
 
-@dataclass(frozen=True)
-class ArchFeatures:
-    """What a model family adds to or merges in the Llama block.
+def stop_name(layer: int | None, stop: str) -> str:
+    """The canonical name: "layers.{layer}.{stop}" inside a layer ("layers.3.attn.q_proj"), `stop` outside."""
+    return stop if layer is None else f"{_LAYER_PREFIX}{layer}.{stop}"
 
-    Attributes:
-        qk_norm: per-head RMSNorm on queries and keys after projection (Qwen3, Gemma 3).
-        fused_qkv: one `qkv_proj` instead of q/k/v projections (Phi-3).
-        fused_gate_up: one `gate_up_proj` instead of gate and up projections (Phi-3).
-        sandwich_norms: norms before and after both attention and MLP, four per layer (Gemma 3).
+
+def parse_stop_name(name: str) -> tuple[int | None, str]:
+    """(layer index, layer-relative stop) of a canonical name; (None, name) outside the layers.
+
+    "layers.3.attn.q_proj" -> (3, "attn.q_proj"); "lm_head" -> (None, "lm_head"); a name that is
+    already layer-relative ("attn.q_proj", a sum over layers) -> (None, "attn.q_proj").
     """
-
-    qk_norm: bool = False
-    fused_qkv: bool = False
-    fused_gate_up: bool = False
-    sandwich_norms: bool = False
-
-
-# HF `model_type` -> features; the runner supports exactly these families.
-FAMILIES = {
-    "llama": ArchFeatures(),
-    "mistral": ArchFeatures(),
-    "qwen2": ArchFeatures(),
-    "qwen3": ArchFeatures(qk_norm=True),
-    "gemma3_text": ArchFeatures(qk_norm=True, sandwich_norms=True),
-    "phi3": ArchFeatures(fused_qkv=True, fused_gate_up=True),
-}
+    if not name.startswith(_LAYER_PREFIX):
+        return None, name
+    layer, stop = name[len(_LAYER_PREFIX):].split(".", 1)
+    return int(layer), stop
 
 
-def features_for(model_type: str) -> ArchFeatures:
-    """The features of an HF `model_type`.
-
-    Raises:
-        ConfigError: the family is not one the runner traces.
-    """
-    try:
-        return FAMILIES[model_type]
-    except KeyError:
-        raise ConfigError(
-            f"Model type '{model_type}' is not traced yet; supported: {', '.join(sorted(FAMILIES))}."
-        ) from None
-
-
-def _attention_stops(f: ArchFeatures) -> list[tuple[str, str]]:
-    if f.fused_qkv:
+def _attention_stops(family: Family) -> list[tuple[str, str]]:
+    if family.fused_qkv:
         projections = [("attn.qkv_proj", "gemm")]
-    elif f.qk_norm:
+    elif family.qk_norm:
         projections = [
             ("attn.q_proj", "gemm"), ("attn.q_norm", "norm"),
             ("attn.k_proj", "gemm"), ("attn.k_norm", "norm"),
@@ -79,31 +55,31 @@ def _attention_stops(f: ArchFeatures) -> list[tuple[str, str]]:
     ]
 
 
-def _mlp_stops(f: ArchFeatures) -> list[tuple[str, str]]:
-    if f.fused_gate_up:
+def _mlp_stops(family: Family) -> list[tuple[str, str]]:
+    if family.fused_gate_up:
         projections = [("mlp.gate_up_proj", "gemm")]
     else:
         projections = [("mlp.gate_proj", "gemm"), ("mlp.up_proj", "gemm")]
     return projections + [("mlp.act", "elementwise"), ("mlp.down_proj", "gemm")]
 
 
-def layer_stops(features: ArchFeatures) -> list[tuple[str, str]]:
-    """(name relative to the layer, kind) for one decoder layer, in execution order."""
-    stops = [("input_norm", "norm")] + _attention_stops(features)
-    if features.sandwich_norms:
+def layer_stops(family: Family) -> list[tuple[str, str]]:
+    """(name relative to the layer, kind) for one decoder layer of a traced family, in execution order."""
+    stops = [("input_norm", "norm")] + _attention_stops(family)
+    if family.sandwich_norms:
         stops += [("post_attn_norm", "norm"), ("attn_residual", "elementwise"), ("pre_mlp_norm", "norm")]
-        stops += _mlp_stops(features) + [("post_mlp_norm", "norm"), ("mlp_residual", "elementwise")]
+        stops += _mlp_stops(family) + [("post_mlp_norm", "norm"), ("mlp_residual", "elementwise")]
     else:
         stops += [("attn_residual", "elementwise"), ("post_attn_norm", "norm")]
-        stops += _mlp_stops(features) + [("mlp_residual", "elementwise")]
+        stops += _mlp_stops(family) + [("mlp_residual", "elementwise")]
     return stops
 
 
-def stop_table(features: ArchFeatures, n_layers: int, stage: str) -> list[tuple[str, str, int | None]]:
+def stop_table(family: Family, n_layers: int, stage: str) -> list[tuple[str, str, int | None]]:
     """Every stop of a step, in execution order, as (canonical name, kind, layer index or None).
 
     Args:
-        features: the model family's features.
+        family: the model's family (`explorer.families.traced_family`).
         n_layers: number of decoder layers L.
         stage: "prefill" (starts with `tokenize`) or "decode" (the new token is already an id).
     """
@@ -112,7 +88,7 @@ def stop_table(features: ArchFeatures, n_layers: int, stage: str) -> list[tuple[
         table.append(("tokenize", "tokenize", None))
     table.append(("embed", "gather", None))
     for layer in range(n_layers):
-        table += [(f"layers.{layer}.{name}", kind, layer) for name, kind in layer_stops(features)]
+        table += [(stop_name(layer, name), kind, layer) for name, kind in layer_stops(family)]
     table += [
         ("final_norm", "norm", None),
         ("lm_head", "gemm", None),

@@ -1,9 +1,11 @@
 """The contract between the runner and everything that shows a step: plain data, no torch.
 
 A `StepTrace` holds what one forward pass (the prefill, or one decode step) computed: every stop
-with its shapes and wall time, the KV cache after the step, the attention probabilities, the
-last-position logits and how the next token was chosen. It round-trips through JSON
-(`to_dict` / `from_dict`), so a trace can be saved, shared and drawn without the model.
+with its shapes and wall time, the KV cache after the step, the shape of each layer's attention, the
+last-position logits and how the next token was chosen. It is frozen once made (a `explorer.run.Run`
+holds the steps in order), and it round-trips through JSON (`to_dict` / `from_dict`), so a trace can
+be saved, shared and drawn without the model. The attention probabilities themselves come from an
+`explorer.run.AttentionSource`, which holds them within one memory budget.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ import numpy as np
 Shape = list[int]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class OpRecord:
     """One stop of the forward pass.
 
     Attributes:
         name: canonical stop name, e.g. `embed`, `layers.3.attn.k_proj`, `lm_head` (see
-            `explorer.runner.architectures.stop_names`).
+            `explorer.stops.stop_name`).
         kind: operator kind: gather, norm, gemm, reshape, rope, cache_write, broadcast, batched_gemm,
             softmax, elementwise, sample, tokenize, detokenize.
         layer: decoder layer index, None outside the layers.
@@ -40,7 +42,7 @@ class OpRecord:
     wall_ms: float | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class KVSnapshot:
     """One layer's KV cache after a step.
 
@@ -59,24 +61,22 @@ class KVSnapshot:
     value_bytes: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class AttentionRecord:
-    """One layer's attention probabilities for this step's queries (batch row 0).
+    """The shape of one layer's attention probabilities for this step's queries (batch row 0); the
+    values come from an `explorer.run.AttentionSource` (`probs(step, layer)`).
 
     Attributes:
         layer: decoder layer index.
-        shape: [n_heads, q_len, kv_len]: prefill [h_q, T, T], decode [h_q, 1, n].
-        probs: float32 array of `shape`, rows sum to 1, zero above the causal diagonal; None where it
-            was not kept within the step's memory budget (recompute it with
-            `InferenceSession.attention_probs`).
+        shape: [n_heads, q_len, kv_len]: prefill [h_q, T, T], decode [h_q, 1, n] (a sliding-window
+            layer: kv_len up to its window).
     """
 
     layer: int
     shape: Shape
-    probs: np.ndarray | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingStage:
     """The logits after one stage of the sampling pipeline, over the full vocabulary.
 
@@ -99,7 +99,7 @@ class SamplingStage:
         return np.isfinite(self.logits)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingRecord:
     """How the next token was chosen.
 
@@ -121,7 +121,7 @@ class SamplingRecord:
         return self.stages[-1]
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepTrace:
     """Everything one forward pass computed.
 
@@ -171,7 +171,7 @@ class StepTrace:
     def to_dict(self) -> dict:
         """A dict that strict JSON can hold: numpy arrays become nested lists, and the -inf of a
         filtered-out token becomes null (`from_dict` turns it back into -inf)."""
-        return _to_plain(asdict(self))
+        return json_ready(asdict(self))
 
     @classmethod
     def from_dict(cls, data: dict) -> StepTrace:
@@ -179,13 +179,11 @@ class StepTrace:
         data = dict(data)
         data["ops"] = [OpRecord(**op) for op in data["ops"]]
         data["kv"] = [KVSnapshot(**kv) for kv in data["kv"]]
-        data["attention"] = [
-            AttentionRecord(a["layer"], a["shape"], _array(a["probs"])) for a in data["attention"]
-        ]
-        data["logits"] = _array(data["logits"])
+        data["attention"] = [AttentionRecord(a["layer"], a["shape"]) for a in data["attention"]]
+        data["logits"] = float32_array(data["logits"])
         if data["sampling"] is not None:
             s = data["sampling"]
-            stages = [SamplingStage(st["name"], _array(st["logits"])) for st in s["stages"]]
+            stages = [SamplingStage(st["name"], float32_array(st["logits"])) for st in s["stages"]]
             data["sampling"] = SamplingRecord(s["settings"], stages, s["token_id"], s["token_prob"])
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
@@ -198,7 +196,9 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return exp / exp.sum(axis=-1, keepdims=True)
 
 
-def _array(value) -> np.ndarray | None:
+def float32_array(value) -> np.ndarray | None:
+    """The inverse of `json_ready` for one float32 array: nested lists (null for -inf) -> ndarray
+    float32; None stays None."""
     if value is None:
         return None
     array = np.array(value, dtype=object)
@@ -206,7 +206,9 @@ def _array(value) -> np.ndarray | None:
     return array.astype(np.float32)
 
 
-def _to_plain(value):
+def json_ready(value):
+    """`value` (dicts, lists, numpy arrays and scalars) as plain Python that strict JSON can hold:
+    float32 arrays as nested lists of their shortest float32 text, -inf and NaN as null."""
     if isinstance(value, np.ndarray):
         if value.dtype == np.float32:
             # each value as its shortest float32 text ("0.1", not 0.10000000149011612): it reads back to
@@ -216,9 +218,9 @@ def _to_plain(value):
             return value.tolist()
         return np.where(np.isfinite(value), value, None).tolist()
     if isinstance(value, dict):
-        return {k: _to_plain(v) for k, v in value.items()}
+        return {k: json_ready(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_to_plain(v) for v in value]
+        return [json_ready(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     return value

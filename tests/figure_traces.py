@@ -10,12 +10,15 @@ transformers' processors do (temperature, top-k, top-p, min-p), without torch.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from explorer.analysis.shapes import cache_length, predict_shapes
 from explorer.analysis.spec import ModelSpec
-from explorer.stops import features_for, stop_table
+from explorer.families import traced_family
+from explorer.run import Run, SavedAttention
+from explorer.stops import stop_table
 from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, SamplingRecord, SamplingStage, StepTrace, softmax
 
 TINY = ModelSpec(family="llama", hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
@@ -49,11 +52,43 @@ def step_trace(spec: ModelSpec, pieces: list[str], step_index: int, seed: int = 
         stage=stage, step_index=step_index, input_ids=list(range(3, 3 + tokens)), input_pieces=list(pieces),
         context_length=context, ops=step_ops(spec, stage, tokens, context),
         kv=[kv_snapshot(spec, layer, context) for layer in range(spec.n_layers)],
-        attention=[AttentionRecord(layer, *_probs(spec, layer, tokens, context, rng))
+        attention=[AttentionRecord(layer, _probs(spec, layer, tokens, context, rng)[0])
                    for layer in range(spec.n_layers)],
         logits=rng.normal(size=spec.vocab_size).astype(np.float32), sampling=None,
         token_text=GENERATED_PIECES[step_index % len(GENERATED_PIECES)], wall_ms=12.5 + step_index,
     )
+
+
+def step_attention(spec: ModelSpec, trace: StepTrace, seed: int = 0) -> dict[int, np.ndarray]:
+    """The attention probabilities of a `step_trace` step by layer (the same random draws)."""
+    rng = np.random.default_rng(seed + trace.step_index)
+    tokens = len(trace.input_ids)
+    return {layer: _probs(spec, layer, tokens, trace.context_length, rng)[1] for layer in range(spec.n_layers)}
+
+
+def hf_config(spec: ModelSpec) -> dict:
+    """A Llama `config.json` with `spec`'s dimensions (the config a hand-built run names)."""
+    return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": spec.hidden_size,
+            "num_hidden_layers": spec.n_layers, "num_attention_heads": spec.n_heads,
+            "num_key_value_heads": spec.n_kv_heads, "head_dim": spec.head_dim,
+            "intermediate_size": spec.intermediate_size, "vocab_size": spec.vocab_size,
+            "tie_word_embeddings": spec.tie_word_embeddings, "max_position_embeddings": 8192}
+
+
+def hand_run(spec: ModelSpec = TINY, decode_steps: int = 3, seed: int = 0,
+             sampled: bool = True) -> tuple[Run, SavedAttention]:
+    """A `Run` built by hand, no model: `run_traces`' steps (each choosing its token with
+    `sampling_record` when `sampled`), every token id named, with the attention of every step."""
+    run = Run("hand-built", f"a hand-built {spec.family} run", hf_config(spec))
+    matrices = {}
+    for trace in run_traces(spec, decode_steps=decode_steps, seed=seed):
+        if sampled:
+            trace = replace(trace, sampling=sampling_record(trace.logits, top_k=5, seed=seed + trace.step_index))
+        matrices |= {(trace.step_index, layer): probs for layer, probs in step_attention(spec, trace, seed).items()}
+        pieces = dict(zip(trace.input_ids, trace.input_pieces, strict=True)) if trace.step_index == 0 else {}
+        pieces |= {i: f"tok{i}" for i in range(spec.vocab_size) if i not in pieces and i not in run.pieces}
+        run.append(trace, pieces, "".join(GENERATED_PIECES[: trace.step_index + 1]))
+    return run, SavedAttention(matrices, "not built")
 
 
 def step_ops(spec: ModelSpec, stage: str, tokens: int, context: int) -> list[OpRecord]:
@@ -63,7 +98,7 @@ def step_ops(spec: ModelSpec, stage: str, tokens: int, context: int) -> list[OpR
     shapes["sample"] = ([[1, spec.vocab_size]], [[1]])
     shapes["detokenize"] = ([[1]], [])
     ops = []
-    for position, (name, kind, layer) in enumerate(stop_table(features_for(spec.family), spec.n_layers, stage)):
+    for position, (name, kind, layer) in enumerate(stop_table(traced_family(spec.family), spec.n_layers, stage)):
         inputs, outputs = shapes[name]
         wall_ms = None if name.endswith("split_heads") else round(0.01 * (position + 1), 4)
         ops.append(OpRecord(name, kind, layer, inputs, outputs, NON_FLOAT_DTYPES.get(name, "float32"), wall_ms))

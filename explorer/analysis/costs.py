@@ -17,9 +17,9 @@ from explorer.analysis.records import (
     elementwise_cost,
     linear_cost,
     norm_cost,
-    stop_name,
 )
 from explorer.analysis.spec import ModelSpec
+from explorer.stops import stop_name
 
 # FLOPs per element, counting exp and tanh as one FLOP each (a convention; they cost more cycles).
 # softmax: max, subtract, exp, sum, divide (the count LLM-Viewer uses). rope: x*cos + rotate(x)*sin.
@@ -104,7 +104,7 @@ def layer_costs(spec: ModelSpec, layer: int, step: Step, options: CostOptions) -
     residual_mlp = residual_cost("mlp_residual", layer, step, spec, options)
     attention = attention_costs(spec, layer, step, options)
     mlp = mlp_costs(spec, layer, step, options)
-    if spec.norms_per_layer == 4:
+    if spec.arch.sandwich_norms:
         return ([norm("input_norm")] + attention + [norm("post_attn_norm"), residual_attn, norm("pre_mlp_norm")]
                 + mlp + [norm("post_mlp_norm"), residual_mlp])
     return [norm("input_norm")] + attention + [residual_attn, norm("post_attn_norm")] + mlp + [residual_mlp]
@@ -135,7 +135,7 @@ def attention_costs(spec: ModelSpec, layer: int, step: Step, options: CostOption
         costs.append(_linear(linear, layer, step.rows, options))
         if spec.qk_norm and linear.name in ("attn.q_proj", "attn.k_proj", "attn.qkv_proj"):
             costs += _qk_norm_costs(spec, layer, step, options, linear.name)
-    if not spec.max_positions:  # learned positions (GPT-2) are added at the embedding instead
+    if spec.arch.positions == "rope":  # learned positions (GPT-2) are added at the embedding instead
         costs.append(elementwise_cost("attn.rope", "rope", layer, step.rows * (spec.q_size + spec.kv_size),
                                       ROPE_FLOPS_PER_ELEMENT, p))
     return costs + [

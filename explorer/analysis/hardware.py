@@ -1,7 +1,8 @@
 """A machine for the roofline: peak FLOP/s per format, memory bandwidth, memory size, and sources.
 
-`get_hardware(name_or_path)` returns a catalogue entry (`hardware_catalogue.CATALOGUE`), this machine
-(measured once by `explorer.analysis.probe`, then cached), or an entry a person wrote in a JSON file.
+`get_hardware(name_or_path)` returns a catalogue entry (`hardware_catalogue.CATALOGUE`) or an entry a
+person wrote in a JSON file. "This machine" is measured, so it is not here: `explorer.runner.probe`
+measures it (once, then cached) as an explicit step, never as a side effect of a lookup.
 """
 
 from __future__ import annotations
@@ -143,17 +144,16 @@ def _words(text: str) -> list[str]:
 
 
 def get_hardware(name_or_path: str) -> Hardware:
-    """A catalogue entry, this machine (probed once, cached), or the entry in a JSON file.
+    """A catalogue entry or the entry in a JSON file (this machine is measured:
+    `explorer.runner.probe.resolve_hardware`).
 
     Raises:
-        ConfigError: neither a known name nor a readable hardware file.
+        ConfigError: neither a known name nor a readable hardware file, or "this-machine".
     """
     if name_or_path in CATALOGUE:
         return hardware_from_dict(name_or_path, CATALOGUE[name_or_path])
     if name_or_path == THIS_MACHINE:
-        from explorer.analysis.probe import this_machine
-
-        return this_machine()
+        raise ConfigError(f"'{THIS_MACHINE}' is measured, not listed: probe it (explorer.runner.probe.resolve_hardware).")
     if Path(name_or_path).is_file():
         return load_hardware_file(name_or_path)
     raise ConfigError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from explorer.analysis.costs import step_costs
+from explorer.analysis.costs import step_costs, step_total, totals_by_op
 from explorer.analysis.precision import Precision, canonical_dtype
 from explorer.analysis.records import CostOptions, OpCost, Step
 from explorer.analysis.spec import ModelSpec
@@ -79,9 +79,52 @@ def measured_points(trace: StepTrace, spec: ModelSpec, options: CostOptions | No
         or with zero measured time are left out.
     """
     options = options or CostOptions(precision=trace_precision(trace))
-    costs = {cost.name: cost for cost in step_costs(spec, step_from_trace(trace), options)}
-    return [
-        MeasuredPoint(costs[op.name], op.wall_ms)
-        for op in trace.ops
-        if op.name in costs and op.wall_ms
-    ]
+    return _measured(trace, step_costs(spec, step_from_trace(trace), options))
+
+
+def _measured(trace: StepTrace, costs: list[OpCost]) -> list[MeasuredPoint]:
+    by_name = {cost.name: cost for cost in costs}
+    return [MeasuredPoint(by_name[op.name], op.wall_ms) for op in trace.ops if op.name in by_name and op.wall_ms]
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """A traced step as the roofline draws it, computed once per step (`trace_costs`).
+
+    Attributes:
+        stage: "prefill" or "decode".
+        step: the step's B, T and n (`step_from_trace`).
+        precision: the trace's own format for weights, activations and KV (`trace_precision`).
+        by_op: the analytic costs summed per operator over the layers (`totals_by_op` of `step_costs`).
+        total: the whole step's cost (`step_total`).
+        measured: per operator summed over layers, (summed analytic cost, summed measured wall time in
+            seconds), operators with FLOPs > 0 only (they have a place on a log axis); empty for a
+            step with no wall times.
+        device: where the step ran, e.g. "cpu", "cuda:0", "meta".
+    """
+
+    stage: str
+    step: Step
+    precision: Precision
+    by_op: list[OpCost]
+    total: OpCost
+    measured: list[tuple[OpCost, float]]
+    device: str
+
+
+def trace_costs(spec: ModelSpec, trace: StepTrace) -> StepCosts:
+    """The step's costs in its own dtype (LM head over the last position, as the runner computes it)
+    and its measured times per operator.
+
+    Raises:
+        KeyError: the trace has no "embed" stop (B and T come from it).
+        ConfigError: the trace's dtype is not one the cost model knows.
+    """
+    step, precision = step_from_trace(trace), trace_precision(trace)
+    costs = step_costs(spec, step, CostOptions(precision=precision))
+    points = _measured(trace, costs)
+    wall_s: dict[str, float] = {}
+    for point in points:
+        wall_s[point.cost.op] = wall_s.get(point.cost.op, 0.0) + point.wall_ms / 1e3
+    measured = [(cost, wall_s[cost.name]) for cost in totals_by_op([p.cost for p in points]) if cost.flops > 0]
+    return StepCosts(trace.stage, step, precision, totals_by_op(costs), step_total(costs), measured, trace.device)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from explorer.analysis.precision import Precision
+from explorer.stops import parse_stop_name, stop_name
 
 STAGES = ("prefill", "decode")
 
@@ -117,7 +118,7 @@ class OpCost:
     @property
     def op(self) -> str:
         """The name relative to its layer ("attn.q_proj" for "layers.3.attn.q_proj")."""
-        return self.name.split(".", 2)[2] if self.name.startswith("layers.") else self.name
+        return parse_stop_name(self.name)[1]
 
     def __add__(self, other: OpCost) -> OpCost:
         """The sum of two records, keeping this one's name, kind and layer."""
@@ -127,11 +128,6 @@ class OpCost:
 
 _ADDITIVE = ("flops", "matmul_flops", "weight_bytes", "act_in_bytes", "act_out_bytes",
              "kv_read_bytes", "kv_write_bytes")
-
-
-def stop_name(layer: int | None, op: str) -> str:
-    """"layers.{layer}.{op}" inside a layer, `op` outside."""
-    return op if layer is None else f"layers.{layer}.{op}"
 
 
 def linear_cost(name: str, layer: int | None, rows: int, in_features: int, out_features: int,

@@ -125,9 +125,20 @@ def step_roofline(spec: ModelSpec, step: Step, hardware: Hardware, options: Cost
     """
     options = options or CostOptions()
     costs = step_costs(spec, step, options)
-    points = roofline_points(totals_by_op(costs) if by_op else costs, hardware, options.precision)
-    total = roofline_points([step_total(costs)], hardware, options.precision)[0]
-    return StepRoofline(step, options.precision, hardware, points, total)
+    return costs_roofline(step, totals_by_op(costs) if by_op else costs, step_total(costs), hardware,
+                          options.precision)
+
+
+def costs_roofline(step: Step, costs: list[OpCost], total: OpCost, hardware: Hardware,
+                   precision: Precision) -> StepRoofline:
+    """`step_roofline` from costs already computed: one point per record of `costs` (per stop, or
+    summed per operator) and the step's `total`, in `precision`.
+
+    Raises:
+        ConfigError: the machine has no rate for the activation format or a wider one.
+    """
+    total_point = roofline_points([total], hardware, precision)[0]
+    return StepRoofline(step, precision, hardware, roofline_points(costs, hardware, precision), total_point)
 
 
 @dataclass(frozen=True)

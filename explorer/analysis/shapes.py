@@ -9,7 +9,8 @@ the LM head on the last position only.
 from __future__ import annotations
 
 from explorer.analysis.spec import ModelSpec
-from explorer.stops import features_for, stop_table
+from explorer.families import traced_family
+from explorer.stops import parse_stop_name, stop_table
 
 Shapes = tuple[list[list[int]], list[list[int]]]
 
@@ -35,14 +36,15 @@ def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context
         context: n, cache length after the step's write.
 
     Raises:
-        ConfigError: the family has no stop table (`explorer.stops.FAMILIES`).
+        ConfigError: the family is not traced, so has no stop table (`explorer.families.FAMILIES`).
     """
     b, t, d = batch, tokens, spec.hidden_size
     row = [b, t, d]
     shapes: dict[str, Shapes] = {"embed": ([[b, t]], [row])}
-    for name, kind, layer in stop_table(features_for(spec.family), spec.n_layers, stage):
+    for name, kind, layer in stop_table(traced_family(spec.family), spec.n_layers, stage):
         if layer is not None:
-            shapes[name] = _layer_stop(spec, name.split(".", 2)[2], kind, b, t, cache_length(spec, layer, t, context))
+            stop = parse_stop_name(name)[1]
+            shapes[name] = _layer_stop(spec, stop, kind, b, t, cache_length(spec, layer, t, context))
     shapes["final_norm"] = ([row], [row])
     shapes["lm_head"] = ([[b, 1, d]], [[b, 1, spec.vocab_size]])
     return shapes
@@ -94,6 +96,6 @@ def _qk_norm_shapes(spec: ModelSpec, b: int, t: int) -> tuple[list[int], list[in
     """Shapes QK-norm acts on: Qwen3 normalises before the transpose to heads ([B, T, h, d_h],
     modeling_qwen3.py), Gemma 3 after it ([B, h, T, d_h], modeling_gemma3.py)."""
     hq, hkv, dh = spec.n_heads, spec.n_kv_heads, spec.head_dim
-    if spec.family == "gemma3_text":
+    if spec.arch.qk_norm_on_heads:
         return [b, hq, t, dh], [b, hkv, t, dh]
     return [b, t, hq, dh], [b, t, hkv, dh]

@@ -1,7 +1,12 @@
 """`ModelSpec`: a model's dimensions in the field's names, translated once from a Hugging Face config.
 
 Pure Python (no torch). Every other analysis module reads dimensions from a `ModelSpec`, never from
-the raw config, so the translation from each family's field names lives here alone.
+the raw config, so the translation from each family's field names lives here alone. The config is
+the dict transformers resolves (`explorer.runner.configs.resolved_config`, or a loaded model's
+`config.to_dict()`), so every default is transformers'. This module fills in none: the dimensions
+are required, and an optional key the dict lacks means the option is off (no tied head, no bias, no
+window), as transformers' `to_dict()` writes every key the family's config has. The family's own
+facts (norms, activation, fused projections) come from `explorer.families`.
 """
 
 from __future__ import annotations
@@ -9,27 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from explorer.errors import ConfigError
+from explorer.families import FAMILIES, Family
 
-# HF `model_type` -> how the family differs from the Llama block. Sources: the `modeling_<family>.py`
-# files of transformers 5 (module names, biases, norms, activations).
-_FAMILY_TRAITS = {
-    "llama": {},
-    "mistral": {},
-    "mixtral": {"moe": True},
-    "qwen2": {"qkv_bias": True},
-    "qwen3": {"qk_norm": True},
-    "qwen3_moe": {"qk_norm": True, "moe": True},
-    "gemma3_text": {"qk_norm": True, "norms_per_layer": 4, "embed_scale": True, "act": "gelu_tanh"},
-    "phi3": {"fused_qkv": True, "fused_gate_up": True},
-    "gpt2": {"fused_qkv": True, "gated_mlp": False, "norm": "layernorm", "act": "gelu_tanh",
-             "qkv_bias": True, "o_bias": True, "mlp_bias": True},
-}
-
-# Field names each family's config must provide (GPT-2 uses its own names).
+# The dimensions every config of a family must give; the rest are optional keys the modeling code
+# reads with a fallback of its own (head_dim: d / h_q; no `attention_bias`: no bias).
 _REQUIRED = {
     "gpt2": ("n_embd", "n_layer", "n_head", "vocab_size", "n_positions"),
-    "moe": ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "num_experts_per_tok"),
-    "dense": ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size"),
+    "moe": ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
+            "num_experts_per_tok"),
+    "dense": ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size",
+              "intermediate_size"),
 }
 
 
@@ -38,7 +32,7 @@ class ModelSpec:
     """The dimensions of a decoder-only transformer, in the symbols of docs/concepts.md.
 
     Attributes:
-        family: HF `model_type`, e.g. "llama", "qwen3", "gpt2".
+        family: HF `model_type`, e.g. "llama", "qwen3", "gpt2"; a key of `explorer.families.FAMILIES`.
         hidden_size: d.
         n_layers: L.
         n_heads: h_q, query heads.
@@ -50,14 +44,6 @@ class ModelSpec:
         qkv_bias: q/k/v projections have a bias (Qwen2, GPT-2; Llama-like with `attention_bias`).
         o_bias: o_proj has a bias (GPT-2; Llama-like with `attention_bias`).
         mlp_bias: the MLP projections have biases (GPT-2; Llama with `mlp_bias`).
-        qk_norm: per-head RMSNorm of queries and keys (Qwen3, Gemma 3).
-        fused_qkv: the weights are stored as one qkv matrix (Phi-3, GPT-2 `c_attn`).
-        fused_gate_up: gate and up are one matrix (Phi-3).
-        gated_mlp: act(gate) * up then down (three matrices); False: up, act, down (GPT-2).
-        norm: "rmsnorm" (weight only) or "layernorm" (weight and bias).
-        norms_per_layer: 2, or 4 for Gemma 3's norms before and after attention and MLP.
-        activation: "silu" or "gelu_tanh".
-        embed_scale: embeddings are multiplied by sqrt(d) (Gemma 3).
         max_positions: rows of a learned position table (GPT-2), else 0.
         layer_windows: per layer, the sliding-window length or None for full attention.
         n_experts: routed experts per MoE layer, 0 for dense.
@@ -65,6 +51,9 @@ class ModelSpec:
         moe_layers: per layer, True where the MLP is a mixture of experts.
         dense_intermediate_size: d_ff of the dense layers of a model that mixes both (Qwen3-MoE
             `mlp_only_layers`); equals `intermediate_size` for dense models.
+
+    The family's facts (`arch`: norm kind, activation, QK-norm, fused projections) are read from
+    `explorer.families`, not stored here.
     """
 
     family: str
@@ -79,20 +68,57 @@ class ModelSpec:
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
-    qk_norm: bool = False
-    fused_qkv: bool = False
-    fused_gate_up: bool = False
-    gated_mlp: bool = True
-    norm: str = "rmsnorm"
-    norms_per_layer: int = 2
-    activation: str = "silu"
-    embed_scale: bool = False
     max_positions: int = 0
     layer_windows: tuple[int | None, ...] = ()
     n_experts: int = 0
     experts_per_token: int = 0
     moe_layers: tuple[bool, ...] = ()
     dense_intermediate_size: int = 0
+
+    @property
+    def arch(self) -> Family:
+        """The family's entry in `explorer.families.FAMILIES`."""
+        return FAMILIES[self.family]
+
+    @property
+    def norm(self) -> str:
+        """"rmsnorm" (weight only) or "layernorm" (weight and bias)."""
+        return self.arch.norm
+
+    @property
+    def norms_per_layer(self) -> int:
+        """Norms over d in each layer: 2, or 4 for Gemma 3's norms before and after attention and MLP."""
+        return 4 if self.arch.sandwich_norms else 2
+
+    @property
+    def activation(self) -> str:
+        """The MLP's activation: "silu" or "gelu_tanh"."""
+        return self.arch.activation
+
+    @property
+    def gated_mlp(self) -> bool:
+        """act(gate) * up then down (three matrices); False: up, act, down (GPT-2)."""
+        return self.arch.gated_mlp
+
+    @property
+    def qk_norm(self) -> bool:
+        """Per-head RMSNorm of queries and keys (Qwen3, Gemma 3), d_h weights each."""
+        return self.arch.qk_norm
+
+    @property
+    def fused_qkv(self) -> bool:
+        """The weights are stored as one qkv matrix (Phi-3, GPT-2 `c_attn`)."""
+        return self.arch.fused_qkv
+
+    @property
+    def fused_gate_up(self) -> bool:
+        """Gate and up are one matrix (Phi-3)."""
+        return self.arch.fused_gate_up
+
+    @property
+    def embed_scale(self) -> bool:
+        """Embeddings are multiplied by sqrt(d) (Gemma 3)."""
+        return self.arch.embed_scale
 
     @property
     def gqa_group_size(self) -> int:
@@ -120,80 +146,77 @@ class ModelSpec:
 
     @classmethod
     def from_hf_config(cls, config: dict) -> ModelSpec:
-        """Translate a Hugging Face `config.json` dict.
+        """Translate a Hugging Face config dict, as transformers resolves it.
 
         Args:
-            config: the config as a dict (see `explorer.config.load_hf_config`).
+            config: `PretrainedConfig.to_dict()` (`explorer.runner.configs.resolved_config` for a
+                file or preset); a raw `config.json` dict works only where it lacks no key
+                transformers would fill in (the shipped presets are complete).
 
         Raises:
             ConfigError: the family is unknown (the message names the fields a spec needs), or a
-                required field is missing, or the heads do not divide evenly.
+                required field is missing, or the heads do not divide evenly, or a family that
+                windows by `layer_types` has a `sliding_window` but no `layer_types`.
         """
         config = config.get("text_config", config) if config.get("model_type") == "gemma3" else config
-        family = config.get("model_type", "")
-        if family not in _FAMILY_TRAITS:
-            needed = ", ".join(_REQUIRED["dense"] + ("num_key_value_heads", "head_dim"))
+        family = FAMILIES.get(config.get("model_type", ""))
+        if family is None:
+            needed = ", ".join(_REQUIRED["dense"] + ("head_dim",))
             raise ConfigError(
-                f"Model type '{family or '(missing model_type)'}' is not one the cost model knows "
-                f"({', '.join(sorted(_FAMILY_TRAITS))}). A spec needs: model_type, {needed}."
+                f"Model type '{config.get('model_type') or '(missing model_type)'}' is not one the cost model "
+                f"knows ({', '.join(sorted(FAMILIES))}). A spec needs: model_type, {needed}."
             )
-        traits = _FAMILY_TRAITS[family]
-        if family == "gpt2":
-            return _from_gpt2(config, traits)
-        _require(config, _REQUIRED["moe" if traits.get("moe") else "dense"], family)
-        return _from_llama_like(config, family, traits)
+        if family.config_names == "gpt2":
+            return _from_gpt2(config, family)
+        return _from_llama_like(config, family)
 
 
-def _require(config: dict, names: tuple[str, ...], family: str) -> None:
+def _require(config: dict, names: tuple[str, ...], family: Family) -> None:
     missing = [name for name in names if config.get(name) is None]
     if missing:
-        raise ConfigError(f"The '{family}' config lacks the fields a spec needs: {', '.join(missing)}.")
+        raise ConfigError(f"The '{family.model_type}' config lacks the fields a spec needs: {', '.join(missing)}.")
 
 
-def _common_traits(traits: dict) -> dict:
-    keys = ("qkv_bias", "o_bias", "mlp_bias", "qk_norm", "fused_qkv", "fused_gate_up", "gated_mlp",
-            "norm", "norms_per_layer", "embed_scale")
-    renamed = {key: traits[key] for key in keys if key in traits}
-    if "act" in traits:
-        renamed["activation"] = traits["act"]
-    return renamed
+def _biases(config: dict, family: Family) -> dict[str, bool]:
+    """Biases the family always has, or that the config's `attention_bias` / `mlp_bias` switch on
+    (a family without those keys has none)."""
+    attention = bool(config.get("attention_bias"))
+    return {"qkv_bias": family.qkv_bias or attention, "o_bias": family.o_bias or attention,
+            "mlp_bias": family.mlp_bias or bool(config.get("mlp_bias"))}
 
 
-def _from_gpt2(config: dict, traits: dict) -> ModelSpec:
-    _require(config, _REQUIRED["gpt2"], "gpt2")
+def _from_gpt2(config: dict, family: Family) -> ModelSpec:
+    _require(config, _REQUIRED["gpt2"], family)
     hidden, heads = config["n_embd"], config["n_head"]
     _check_heads(hidden, heads, heads, None)
     n_layers = config["n_layer"]
+    width = config.get("n_inner") or 4 * hidden  # GPT2MLP: n_inner None means 4d
     return ModelSpec(
-        family="gpt2", hidden_size=hidden, n_layers=n_layers, n_heads=heads, n_kv_heads=heads,
-        head_dim=hidden // heads, intermediate_size=config.get("n_inner") or 4 * hidden,
-        vocab_size=config["vocab_size"], tie_word_embeddings=config.get("tie_word_embeddings", True),
-        max_positions=config["n_positions"], layer_windows=(None,) * n_layers,
-        moe_layers=(False,) * n_layers, dense_intermediate_size=config.get("n_inner") or 4 * hidden,
-        **_common_traits(traits),
+        family=family.model_type, hidden_size=hidden, n_layers=n_layers, n_heads=heads, n_kv_heads=heads,
+        head_dim=hidden // heads, intermediate_size=width, vocab_size=config["vocab_size"],
+        tie_word_embeddings=bool(config.get("tie_word_embeddings")), max_positions=config["n_positions"],
+        layer_windows=(None,) * n_layers, moe_layers=(False,) * n_layers, dense_intermediate_size=width,
+        **_biases(config, family),
     )
 
 
-def _from_llama_like(config: dict, family: str, traits: dict) -> ModelSpec:
+def _from_llama_like(config: dict, family: Family) -> ModelSpec:
+    _require(config, _REQUIRED["moe" if family.moe else "dense"], family)
     hidden, heads, n_layers = config["hidden_size"], config["num_attention_heads"], config["num_hidden_layers"]
-    kv_heads = config.get("num_key_value_heads") or heads
-    head_dim = config.get("head_dim") or None
+    kv_heads, head_dim = config["num_key_value_heads"], config.get("head_dim")
     _check_heads(hidden, heads, kv_heads, head_dim)
-    moe_layers = _moe_layers(config, n_layers) if traits.get("moe") else (False,) * n_layers
+    moe_layers = _moe_layers(config, n_layers) if family.moe else (False,) * n_layers
     dense_width = config.get("intermediate_size") or 0
-    expert_width = config.get("moe_intermediate_size") or dense_width
+    expert_width = config.get("moe_intermediate_size") or dense_width  # Mixtral's experts are d_ff wide
     return ModelSpec(
-        family=family, hidden_size=hidden, n_layers=n_layers, n_heads=heads, n_kv_heads=kv_heads,
-        head_dim=head_dim or hidden // heads,
+        family=family.model_type, hidden_size=hidden, n_layers=n_layers, n_heads=heads, n_kv_heads=kv_heads,
+        head_dim=head_dim or hidden // heads,  # no head_dim: d / h_q, as the attention modules compute it
         intermediate_size=expert_width if any(moe_layers) else dense_width,
-        vocab_size=config["vocab_size"], tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        qkv_bias=bool(traits.get("qkv_bias") or config.get("attention_bias")),
-        o_bias=bool(config.get("attention_bias")), mlp_bias=bool(config.get("mlp_bias")),
+        vocab_size=config["vocab_size"], tie_word_embeddings=bool(config.get("tie_word_embeddings")),
         layer_windows=_layer_windows(config, family, n_layers),
         n_experts=_n_experts(config) if any(moe_layers) else 0,
-        experts_per_token=config.get("num_experts_per_tok", 0) if any(moe_layers) else 0,
-        moe_layers=moe_layers, dense_intermediate_size=dense_width,
-        **{k: v for k, v in _common_traits(traits).items() if not k.endswith("_bias")},
+        experts_per_token=config["num_experts_per_tok"] if any(moe_layers) else 0,
+        moe_layers=moe_layers, dense_intermediate_size=dense_width, **_biases(config, family),
     )
 
 
@@ -205,12 +228,13 @@ def _check_heads(hidden: int, heads: int, kv_heads: int, head_dim: int | None) -
 
 
 def _n_experts(config: dict) -> int:
-    # Qwen3-MoE names it `num_experts`, Mixtral `num_local_experts`.
+    # Qwen3-MoE's published configs name it `num_experts`; Mixtral and transformers' to_dict `num_local_experts`.
     return config.get("num_experts") or config.get("num_local_experts") or 0
 
 
 def _moe_layers(config: dict, n_layers: int) -> tuple[bool, ...]:
-    """Which layers are MoE. Source: Qwen3MoeDecoderLayer (`mlp_only_layers`, `decoder_sparse_step`)."""
+    """Which layers are MoE. Source: Qwen3MoeDecoderLayer (`mlp_only_layers`, `decoder_sparse_step`);
+    a config without them (Mixtral) routes every layer."""
     if not _n_experts(config):
         raise ConfigError("An MoE config needs num_experts (or num_local_experts) > 0.")
     skip = set(config.get("mlp_only_layers") or [])
@@ -218,25 +242,23 @@ def _moe_layers(config: dict, n_layers: int) -> tuple[bool, ...]:
     return tuple(i not in skip and (i + 1) % step == 0 for i in range(n_layers))
 
 
-def _layer_windows(config: dict, family: str, n_layers: int) -> tuple[int | None, ...]:
-    """Per-layer sliding window, as transformers 5 decides it.
+def _layer_windows(config: dict, family: Family, n_layers: int) -> tuple[int | None, ...]:
+    """Per-layer sliding window, as the family's attention applies the config's `sliding_window`.
 
-    Sources: `layer_types` where the config lists it; Gemma3TextConfig's default pattern (every
-    `sliding_window_pattern`-th layer, default 6, is global); Qwen2/Qwen3 configs apply the window
-    only when `use_sliding_window` is true, from layer `max_window_layers` on; Mistral, Mixtral and
-    Phi-3 apply `sliding_window` to every layer.
+    "layer_types" families (Qwen2, Qwen3, Gemma 3) window the layers `layer_types` marks
+    "sliding_attention": transformers derives it for Gemma 3 from `sliding_window_pattern`, for
+    Qwen2/Qwen3 from `use_sliding_window` and `max_window_layers` (and drops `sliding_window` when
+    `use_sliding_window` is false). "all" families (Mistral, Mixtral, Phi-3, Qwen3-MoE) window every layer.
+
+    Raises:
+        ConfigError: a "layer_types" family with a window but no `layer_types` (a raw config).
     """
-    window = config.get("sliding_window")
-    if config.get("layer_types"):
-        return tuple(window if kind == "sliding_attention" else None for kind in config["layer_types"])
+    window = config.get("sliding_window") if family.windows != "none" else None
     if not window:
         return (None,) * n_layers
-    if family == "gemma3_text":
-        pattern = config.get("sliding_window_pattern", 6)
-        return tuple(window if (i + 1) % pattern else None for i in range(n_layers))
-    if family.startswith("qwen"):
-        if not config.get("use_sliding_window", False):
-            return (None,) * n_layers
-        first = config.get("max_window_layers", 0)
-        return tuple(window if i >= first else None for i in range(n_layers))
-    return (window,) * n_layers
+    if family.windows == "all":
+        return (window,) * n_layers
+    if not config.get("layer_types"):
+        raise ConfigError(f"The '{family.model_type}' config has a sliding_window but no layer_types; read it "
+                          "through transformers (explorer.runner.configs.resolved_config), which derives them.")
+    return tuple(window if kind == "sliding_attention" else None for kind in config["layer_types"])

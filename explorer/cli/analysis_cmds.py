@@ -1,20 +1,22 @@
 """`python -m explorer roofline ...` and `python -m explorer info ...`: analysis of a config, no model.
 
-`--config` takes a preset name or a path to a `config.json` (or its folder).
+`--config` takes a preset name or a path to a `config.json` (or its folder), read through
+transformers' config class of its family (`explorer.runner.configs`), so a key the file leaves out
+takes transformers' default. That import happens in the handlers: this module itself stays free of
+torch and transformers, like the analysis it prints.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from explorer.analysis.hardware import get_hardware, hardware_names
+from explorer.analysis.hardware import hardware_names
 from explorer.analysis.kv_cache import kv_bytes_per_token, kv_bytes_per_token_per_layer
 from explorer.analysis.params import param_counts
 from explorer.analysis.precision import DTYPE_BITS, Precision
 from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.roofline import RooflinePoint, StepRoofline, standard_what_ifs, step_roofline
 from explorer.analysis.spec import ModelSpec
-from explorer.config import load_hf_config
 from explorer.errors import ConfigError
 
 _DTYPES = sorted(DTYPE_BITS)
@@ -60,7 +62,9 @@ def _positive(text: str) -> int:
 
 def run_roofline(args: argparse.Namespace) -> int:
     """Print the per-operator roofline table of one step and its total."""
-    config = load_hf_config(args.config)
+    from explorer.runner.configs import resolved_config
+
+    config = resolved_config(args.config)
     spec = ModelSpec.from_hf_config(config)
     step = _step(args, config)
     options = CostOptions(
@@ -68,7 +72,9 @@ def run_roofline(args: argparse.Namespace) -> int:
         merged_projections=args.merged, lm_head_all_positions=args.lm_head_all,
         fused_attention=args.fused_attention,
     )
-    hardware = get_hardware(args.hardware)
+    from explorer.runner.probe import resolve_hardware
+
+    hardware = resolve_hardware(args.hardware)
     result = step_roofline(spec, step, hardware, options, by_op=not args.per_layer)
     print(_roofline_header(args.config, result))
     print(format_roofline_table(result))
@@ -133,7 +139,9 @@ def _row(name: str, point: RooflinePoint, time_ms: float | None = None) -> str:
 
 def run_info(args: argparse.Namespace) -> int:
     """Print a config's dimensions, parameter counts and KV-cache bytes per token."""
-    spec = ModelSpec.from_hf_config(load_hf_config(args.config))
+    from explorer.runner.configs import resolved_spec
+
+    spec = resolved_spec(args.config)
     counts = param_counts(spec)
     windows = sorted({w for w in spec.layer_windows if w})
     rows = [

@@ -10,6 +10,7 @@ from pathlib import Path
 from explorer.config import SamplingSettings
 from explorer.errors import ExplorerError, PromptError
 from explorer.journey import JOURNEY_HEADER, journey_rows, shape_text, step_label
+from explorer.run import AttentionSource, step_to_dict
 from explorer.trace import StepTrace
 
 DEFAULT_STEPS = 3
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         raise ExplorerError(f"--layer must be in 0..{len(traces[0].kv) - 1} for this model.")
     print_journey(traces, session.text, args.layer)
     if args.json:
-        _write_json(args.json, traces)
+        _write_json(args.json, traces, session.attention)
     return 0
 
 
@@ -93,9 +94,10 @@ def _check_early(args: argparse.Namespace) -> None:
         raise ExplorerError(f"Cannot write the trace to {args.json}: give a file path in an existing folder.")
 
 
-def _write_json(path: Path, traces: list[StepTrace]) -> None:
+def _write_json(path: Path, traces: list[StepTrace], attention: AttentionSource) -> None:
+    """Every step's whole trace, each attention record with its probabilities."""
     try:
-        path.write_text(json.dumps([t.to_dict() for t in traces]))
+        path.write_text(json.dumps([step_to_dict(trace, attention) for trace in traces]))
     except OSError as exc:
         raise ExplorerError(f"Cannot write the trace to {path}: {exc.strerror}.") from exc
     print(f"\nwrote {len(traces)} step traces to {path} ({path.stat().st_size / 1e6:.1f} MB)")

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from explorer.figures.theme import base_layout, kind_colour, plain_label, set_layout, subplot_grid
 from explorer.journey import ms_text, shape_text, step_label
+from explorer.stops import parse_stop_name
 from explorer.trace import OpRecord, StepTrace
 
 ROW_PX = 26
@@ -193,7 +194,7 @@ def _shapes(shapes: list[list[int]]) -> str:
 
 def _relative(op: OpRecord) -> str:
     """`attn.q_proj` for `layers.4.attn.q_proj`; a stop outside the layers keeps its name."""
-    return op.name.split(".", 2)[-1] if op.layer is not None else op.name
+    return parse_stop_name(op.name)[1]
 
 
 def _vocab(trace: StepTrace) -> int:

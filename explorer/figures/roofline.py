@@ -5,27 +5,21 @@ summed over layers, the memory slope and compute roof of the chosen machine with
 optionally the measured points (analytic FLOPs over the traced wall time) as open markers. Right:
 each operator's time lower bound, so the operators that cost the time can be read by name.
 
-Costs come from `explorer.analysis` (`step_costs`, `totals_by_op`, `roofline_points`,
-`measured_points`) with the trace's own dtype for weights, activations and KV cache.
+Costs come from `explorer.analysis` (`trace_costs`, computed once per step by the `Run`, with the
+trace's own dtype for weights, activations and KV cache); the figure places them on the machine's
+roofline (`costs_roofline`).
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import TypeVar
-
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.analysis.costs import totals_by_op
 from explorer.analysis.hardware import Hardware
-from explorer.analysis.measured import measured_points, step_from_trace, trace_precision
-from explorer.analysis.records import CostOptions, OpCost
-from explorer.analysis.roofline import StepRoofline, step_roofline
-from explorer.analysis.spec import ModelSpec
+from explorer.analysis.measured import StepCosts
+from explorer.analysis.records import OpCost
+from explorer.analysis.roofline import StepRoofline, costs_roofline
 from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, plain_label, set_layout, subplot_grid
-from explorer.trace import StepTrace
 
 STAGE_COLOURS = {"prefill": PREFILL_COLOUR, "decode": DECODE_COLOUR}
 ROOF_COLOUR = "#333333"
@@ -33,21 +27,15 @@ SMALL_FONT = {"size": 12}
 # Per-row operators (norms, softmax, residuals) have the same intensity in prefill and decode: the
 # smaller decode marker sits inside the prefill one instead of hiding it.
 MARKER_SIZES = {"prefill": 14, "decode": 8}
-COST_CACHE_SIZE = 64  # step costs kept (a few KB each)
-_COSTS: dict[tuple, object] = {}
-_COSTS_LOCK = threading.Lock()  # Gradio runs handlers on worker threads
-T = TypeVar("T")
 
 
-def roofline_figure(spec: ModelSpec, prefill: StepTrace, decode: StepTrace | None, hardware: Hardware, step: int,
-                    measured: bool = False) -> go.Figure:
+def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, measured: bool = False) -> go.Figure:
     """The prefill's and a decode step's operators on `hardware`'s roofline.
 
     Args:
-        spec: the traced model.
-        prefill: the prefill trace (its ops give B, T and the dtype; see `step_from_trace`).
-        decode: the shown decode step's trace, or None to draw the prefill alone.
-        hardware: the machine whose roofline is drawn; the peak is its matmul rate for the traces'
+        stages: the prefill's costs, then optionally the shown decode step's (`trace_costs`: B, T, n
+            and the dtype come from each trace).
+        hardware: the machine whose roofline is drawn; the peak is its matmul rate for the steps'
             dtype (or the next wider format it lists, see `Hardware.peak_flops_per_s`).
         step: step index shown (0 = prefill), written to `layout.meta`.
         measured: also draw measured points: per operator, the sum over layers of the analytic FLOPs
@@ -63,14 +51,14 @@ def roofline_figure(spec: ModelSpec, prefill: StepTrace, decode: StepTrace | Non
         float32 time lower bound in µs, y operator names, every operator).
 
     Raises:
-        KeyError: a trace has no "embed" stop (B and T come from it).
-        ConfigError: a trace's dtype is unknown, or `hardware` lists no matmul rate for it nor a
-            wider format (left to propagate: the caller says which machine cannot run it).
+        ConfigError: `hardware` lists no matmul rate for the steps' dtype nor a wider format (left to
+            propagate: the caller says which machine cannot run it).
     """
-    stages = [(trace, _roofline(spec, trace, hardware)) for trace in (prefill, decode) if trace is not None]
-    peak, peak_dtype = hardware.peak_flops_per_s(stages[0][1].precision.activations)
-    measured_by_stage = {t.stage: _measured(spec, t) for t, _ in stages} if measured else {}
-    intensities = [p.arithmetic_intensity for _, r in stages for p in r.points if p.cost.flops > 0]
+    rooflines = [(costs, costs_roofline(costs.step, costs.by_op, costs.total, hardware, costs.precision))
+                 for costs in stages]
+    peak, peak_dtype = hardware.peak_flops_per_s(stages[0].precision.activations)
+    measured_by_stage = {costs.stage: costs.measured for costs in stages} if measured else {}
+    intensities = [p.arithmetic_intensity for _, r in rooflines for p in r.points if p.cost.flops > 0]
     x, y = roof_line(hardware, peak, min(intensities, default=1.0) / 3, max(intensities, default=1.0) * 3)
     lowest = min([y[0]] + [cost.flops / s for ops in measured_by_stage.values() for cost, s in ops])
     scale, unit = flops_unit(peak)
@@ -78,10 +66,10 @@ def roofline_figure(spec: ModelSpec, prefill: StepTrace, decode: StepTrace | Non
     layout, cells = subplot_grid([roof_title, "Time lower bound per operator"], rows=1, cols=2,
                                  column_widths=[0.64, 0.36], horizontal_spacing=0.2)
     data = roof_traces(hardware, (x, y), scale, unit)
-    for trace, roofline in stages:
+    for costs, roofline in rooflines:
         data.append(analytic_trace(roofline, scale))
-        if measured_by_stage.get(trace.stage):
-            data.append(measured_trace(trace.stage, measured_by_stage[trace.stage], scale, unit, trace.device))
+        if measured_by_stage.get(costs.stage):
+            data.append(measured_trace(costs.stage, measured_by_stage[costs.stage], scale, unit, costs.device))
         data.append({**time_trace(roofline), **cells[1, 2]})
     layout["annotations"] += roof_labels(hardware, (x, y), peak_dtype, scale, unit)
     layout["xaxis"].update(type="log", range=[np.log10(x[0]), np.log10(x[-1])], exponentformat="none",
@@ -93,37 +81,8 @@ def roofline_figure(spec: ModelSpec, prefill: StepTrace, decode: StepTrace | Non
     layout["yaxis2"].update(type="category", autorange="reversed")
     layout.update(barmode="group", legend={"orientation": "h", "x": 0, "y": -0.14, "yanchor": "top"})
     fig = go.Figure(data=data, layout=layout)
-    base_layout(fig, "roofline", step, _conclusion([r for _, r in stages]), height=580)
+    base_layout(fig, "roofline", step, _conclusion([r for _, r in rooflines]), height=580)
     return set_layout(fig, margin={"l": 60, "r": 20, "t": 90, "b": 90})
-
-
-def _roofline(spec: ModelSpec, trace: StepTrace, hardware: Hardware) -> StepRoofline:
-    """One point per operator (summed over layers) for the step the trace ran, in its own dtype."""
-    step, options = step_from_trace(trace), CostOptions(precision=trace_precision(trace))
-    key = ("roofline", spec, step, options, repr(hardware))  # Hardware holds dicts: not hashable itself
-    return _memoised(key, lambda: step_roofline(spec, step, hardware, options))
-
-
-def _measured(spec: ModelSpec, trace: StepTrace) -> list[tuple[OpCost, float]]:
-    """`measured_ops`, memoised on the step, its dtype and every stop's wall time."""
-    walls = tuple((op.name, op.wall_ms) for op in trace.ops)
-    key = ("measured", spec, step_from_trace(trace), trace_precision(trace), walls)
-    return _memoised(key, lambda: measured_ops(trace, spec))
-
-
-def _memoised(key: tuple, compute: Callable[[], T]) -> T:
-    """`compute()`, kept under `key` among the last `COST_CACHE_SIZE` results: every redraw after a
-    decode step recosts the same prefill, ~20 ms of `step_costs` for SmolLM2 on the 2-core
-    development machine."""
-    with _COSTS_LOCK:
-        cached = _COSTS.get(key)
-    if cached is None:
-        cached = compute()
-        with _COSTS_LOCK:
-            if len(_COSTS) >= COST_CACHE_SIZE:
-                _COSTS.pop(next(iter(_COSTS)))  # the oldest
-            _COSTS[key] = cached
-    return cached
 
 
 def flops_unit(peak_flops_per_s: float) -> tuple[float, str]:
@@ -198,19 +157,6 @@ def analytic_trace(roofline: StepRoofline, scale: float) -> dict:
         "marker": {"color": STAGE_COLOURS[stage], "size": MARKER_SIZES[stage], "line": {"color": "white", "width": 1}},
         "customdata": [p.cost.name for p in points], "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>",
     }
-
-
-def measured_ops(trace: StepTrace, spec: ModelSpec) -> list[tuple[OpCost, float]]:
-    """Measured stops summed per operator over layers: (summed analytic cost, summed wall time in s).
-
-    Operators without FLOPs are left out (no place on a log axis).
-    """
-    points = measured_points(trace, spec)
-    wall_s: dict[str, float] = {}
-    for point in points:
-        wall_s[point.cost.op] = wall_s.get(point.cost.op, 0.0) + point.wall_ms / 1e3
-    costs = totals_by_op([point.cost for point in points])
-    return [(cost, wall_s[cost.name]) for cost in costs if cost.flops > 0]
 
 
 def measured_trace(stage: str, ops: list[tuple[OpCost, float]], scale: float, unit: str, device: str) -> dict:

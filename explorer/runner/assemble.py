@@ -9,10 +9,13 @@ projection. Splitting into heads is a view: it launches no kernel, so its wall t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
+from explorer.families import Family
 from explorer.runner.hooks import Event
-from explorer.stops import ArchFeatures
+from explorer.stops import parse_stop_name, stop_name
 from explorer.trace import OpRecord
 
 _PROJECTIONS = ("q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "qkv_proj")
@@ -22,7 +25,7 @@ _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.floa
 def assemble_ops(
     table: list[tuple[str, str, int | None]],
     events: dict[str, Event],
-    features: ArchFeatures,
+    family: Family,
     extra: dict[str, OpRecord],
 ) -> list[OpRecord]:
     """The stops of `table`, in its order, each with shapes, dtype and wall time.
@@ -30,7 +33,7 @@ def assemble_ops(
     Args:
         table: `explorer.stops.stop_table(...)` for this step.
         events: the recorder's events, keyed by canonical name.
-        features: the model family's features.
+        family: the model's family (`explorer.families`).
         extra: stops measured by the session itself (tokenize, sample, detokenize).
 
     Raises:
@@ -44,9 +47,9 @@ def assemble_ops(
             continue
         if layer is not None and (layer_events is None or layer_events.layer != layer):
             layer_events = _LayerEvents(events, layer)
-        builder = _DERIVED.get(name[len(layer_events.prefix):]) if layer is not None else None
+        builder = _DERIVED.get(parse_stop_name(name)[1]) if layer is not None else None
         if builder is not None:
-            ops.append(_plain(builder(name, kind, layer, layer_events, features)))
+            ops.append(_plain(builder(name, kind, layer, layer_events, family)))
         elif name in events:
             ops.append(_plain(_from_event(name, kind, layer, events[name])))
         else:
@@ -56,24 +59,23 @@ def assemble_ops(
 
 def _plain(op: OpRecord) -> OpRecord:
     """Shapes as lists of ints and the dtype as a name ("float32"), as the trace holds them."""
-    op.input_shapes = [list(shape) for shape in op.input_shapes]
-    op.output_shapes = [list(shape) for shape in op.output_shapes]
-    op.dtype = _DTYPE_NAMES.get(op.dtype) or str(op.dtype).removeprefix("torch.")
-    return op
+    return replace(op, input_shapes=[list(shape) for shape in op.input_shapes],
+                   output_shapes=[list(shape) for shape in op.output_shapes],
+                   dtype=_DTYPE_NAMES.get(op.dtype) or str(op.dtype).removeprefix("torch."))
 
 
 class _LayerEvents:
     """Events of one layer by relative name."""
 
     def __init__(self, events: dict[str, Event], layer: int) -> None:
-        self.events, self.layer, self.prefix = events, layer, f"layers.{layer}."
-        self.next_layer_start = events.get(f"layers.{layer + 1}.input_norm") or events["final_norm"]
+        self.events, self.layer = events, layer
+        self.next_layer_start = events.get(stop_name(layer + 1, "input_norm")) or events["final_norm"]
 
     def __getitem__(self, rel: str) -> Event:
-        return self.events[self.prefix + rel]
+        return self.events[stop_name(self.layer, rel)]
 
     def get(self, rel: str) -> Event | None:
-        return self.events.get(self.prefix + rel)
+        return self.events.get(stop_name(self.layer, rel))
 
 
 def _from_event(name: str, kind: str, layer: int | None, event: Event, outputs: list | None = None) -> OpRecord:
@@ -89,7 +91,7 @@ def _projections(ev: _LayerEvents) -> list[Event]:
     return [e for e in (ev.get(f"attn.{p}") for p in _PROJECTIONS) if e is not None]
 
 
-def _split_heads(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
+def _split_heads(name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
     inputs = [e.outputs[0] for e in _projections(ev) if not _is_norm(e, ev)]
     write, scores = ev["attn.kv_cache_write"], ev["attn.scores"]
     outputs = [scores.inputs[0], *write.inputs]
@@ -100,27 +102,27 @@ def _is_norm(event: Event, ev: _LayerEvents) -> bool:
     return event is ev.get("attn.q_norm") or event is ev.get("attn.k_norm")
 
 
-def _rope(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
+def _rope(name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
     write, scores = ev["attn.kv_cache_write"], ev["attn.scores"]
     last_end = max(e.end for e in _projections(ev))
     shapes = [scores.inputs[0], write.inputs[0]]
     return OpRecord(name, kind, layer, shapes, shapes, scores.dtype, _ms(last_end, write.start))
 
 
-def _merge_heads(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
+def _merge_heads(name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
     return _from_event(name, kind, layer, ev["attn.merge_heads"], outputs=ev["attn.o_proj"].inputs)
 
 
-def _attn_residual(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
-    if features.sandwich_norms:
+def _attn_residual(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
+    if family.sandwich_norms:
         branch_end, next_start = ev["post_attn_norm"].end, ev["pre_mlp_norm"].start
     else:
         branch_end, next_start = ev["attn.o_proj"].end, ev["post_attn_norm"].start
     return _residual(name, kind, layer, ev["attn.o_proj"], _ms(branch_end, next_start))
 
 
-def _mlp_residual(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
-    branch = ev["post_mlp_norm"] if features.sandwich_norms else ev["mlp.down_proj"]
+def _mlp_residual(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
+    branch = ev["post_mlp_norm"] if family.sandwich_norms else ev["mlp.down_proj"]
     return _residual(name, kind, layer, ev["mlp.down_proj"], _ms(branch.end, ev.next_layer_start.start))
 
 
@@ -129,9 +131,9 @@ def _residual(name, kind, layer, branch_out: Event, wall_ms: float) -> OpRecord:
     return OpRecord(name, kind, layer, [shape, shape], [shape], branch_out.dtype, wall_ms)
 
 
-def _mlp_act(name, kind, layer, ev: _LayerEvents, features) -> OpRecord:
+def _mlp_act(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
     down = ev["mlp.down_proj"]
-    if features.fused_gate_up:
+    if family.fused_gate_up:
         wall_ms = _ms(ev["mlp.gate_up_proj"].end, down.start)
     else:
         gate, up = ev["mlp.gate_proj"], ev["mlp.up_proj"]

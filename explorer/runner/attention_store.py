@@ -1,21 +1,24 @@
-"""What a session keeps to show attention: every step's post-RoPE queries, and the newest probability
-matrices within a memory budget (any other matrix is recomputed from the queries and the cached keys)."""
+"""A live session's attention: every step's post-RoPE queries, and as many probability matrices as fit
+beside them within one memory budget; any other matrix is recomputed from the queries and the cached
+keys (`LiveAttention`, the session's `explorer.run.AttentionSource`)."""
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import OrderedDict
 from collections.abc import Callable
 
+import numpy as np
+
 from explorer.runner.gqa import AttentionInputs
-from explorer.trace import AttentionRecord, StepTrace
 
 
 class AttentionStore:
-    """The queries of every step and as many float32 probability matrices as fit beside them.
+    """The queries of every step and the float32 probability matrices kept beside them, least
+    recently used first out.
 
-    Each step costs the same bookkeeping however many steps came before (running byte counts and a
-    queue of the kept matrices, oldest first).
+    Each step costs the same bookkeeping however many steps came before (running byte counts and an
+    ordered map of the kept matrices).
 
     Args:
         budget_bytes: queries plus kept matrices, all steps together.
@@ -25,8 +28,8 @@ class AttentionStore:
         self.budget_bytes = budget_bytes
         self.inputs: list[dict[int, AttentionInputs]] = []  # per step, by layer
         self.query_bytes = 0
-        self._kept: deque[AttentionRecord] = deque()
-        self._kept_bytes = 0
+        self.kept_bytes = 0
+        self._kept: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
 
     def keeper(self) -> Callable[[int, list[int], int], bool]:
         """For the next step's `StepRecorder`: (layer, [h_q, q_len, kv_len], the layer's query bytes) ->
@@ -45,16 +48,73 @@ class AttentionStore:
 
         return keep
 
-    def add(self, trace: StepTrace, inputs: dict[int, AttentionInputs]) -> None:
-        """Take a finished step's queries and kept matrices; drop kept matrices, oldest first, until the
-        store is within its budget (a dropped matrix keeps its shape: `probs` becomes None)."""
+    def add(self, matrices: dict[int, np.ndarray], inputs: dict[int, AttentionInputs]) -> None:
+        """Take a finished step's queries and the matrices it kept (by layer); give up kept matrices,
+        least recently used first, until the store is within its budget."""
+        step = len(self.inputs)
         self.inputs.append(inputs)
         self.query_bytes += sum(layer.query.nbytes for layer in inputs.values())
-        for record in trace.attention:
-            if record.probs is not None:
-                self._kept.append(record)
-                self._kept_bytes += record.probs.nbytes
-        while self._kept and self._kept_bytes > self.budget_bytes - self.query_bytes:
-            record = self._kept.popleft()
-            self._kept_bytes -= record.probs.nbytes
-            record.probs = None
+        for layer, probs in matrices.items():
+            self._kept[(step, layer)] = probs
+            self.kept_bytes += probs.nbytes
+        self._shrink()
+
+    def get(self, step: int, layer: int) -> np.ndarray | None:
+        """The kept matrix (now the most recently used), or None where it is not kept."""
+        probs = self._kept.get((step, layer))
+        if probs is not None:
+            self._kept.move_to_end((step, layer))
+        return probs
+
+    def keep(self, step: int, layer: int, probs: np.ndarray) -> None:
+        """Keep a recomputed matrix, as the most recently used, where it fits beside the queries
+        (older matrices give way)."""
+        if probs.nbytes <= self.budget_bytes - self.query_bytes and (step, layer) not in self._kept:
+            self._kept[(step, layer)] = probs
+            self.kept_bytes += probs.nbytes
+            self._shrink()
+
+    def kept(self, step: int, layer: int) -> bool:
+        """Whether the matrix is kept (`get` would not recompute it)."""
+        return (step, layer) in self._kept
+
+    def _shrink(self) -> None:
+        while self._kept and self.kept_bytes > self.budget_bytes - self.query_bytes:
+            _, probs = self._kept.popitem(last=False)
+            self.kept_bytes -= probs.nbytes
+
+
+class LiveAttention:
+    """A live session's `AttentionSource`: a kept matrix, else one recomputed (and kept, within the
+    budget, so a redraw does not recompute it).
+
+    Args:
+        budget_bytes: the session's attention memory, queries and kept matrices together.
+        recompute: (step, layer) -> [h_q, q_len, kv_len] float32, the session's recompute.
+        has_values: False in shape-only mode (no weights, so no probabilities).
+    """
+
+    def __init__(self, budget_bytes: int, recompute: Callable[[int, int], np.ndarray], has_values: bool) -> None:
+        self.budget_bytes, self._recompute, self._has_values = budget_bytes, recompute, has_values
+        self.store = AttentionStore(budget_bytes)
+
+    def reset(self) -> None:
+        """Forget every query and matrix (a new prefill, or the session closed)."""
+        self.store = AttentionStore(self.budget_bytes)
+
+    def has(self, step: int, layer: int) -> bool:
+        """True for every step and layer of a session with weights (see `AttentionSource.has`)."""
+        return self._has_values
+
+    def kept(self, step: int, layer: int) -> bool:
+        """Whether the store keeps the matrix (see `AttentionSource.kept`)."""
+        return self.store.kept(step, layer)
+
+    def probs(self, step: int, layer: int) -> np.ndarray:
+        """See `explorer.run.AttentionSource.probs`."""
+        store = self.store
+        probs = store.get(step, layer)
+        if probs is None:
+            probs = self._recompute(step, layer)
+            store.keep(step, layer, probs)
+        return probs

@@ -118,7 +118,7 @@ def roofline_hardware_key(device: str) -> str:
     """The hardware catalogue key whose roofline the measured points of `device` belong on.
 
     CUDA: the entry matching `torch.cuda.get_device_name` (`explorer.analysis.hardware.catalogue_key_for`),
-    else "this-machine"; the CPU and MPS: "this-machine" (the CPU probe, `explorer.analysis.probe`).
+    else "this-machine"; the CPU and MPS: "this-machine" (the CPU probe, `explorer.runner.probe`).
     """
     if torch.device(device).type == "cuda":
         return catalogue_key_for(torch.cuda.get_device_name(torch.device(device))) or THIS_MACHINE

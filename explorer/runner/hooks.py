@@ -24,6 +24,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from explorer.runner.architectures import stop_module_names
 from explorer.runner.gqa import AttentionInputs, grouped_scores, grouped_weighted_sum, in_head_order, softmax
 from explorer.runner.timing import Clock, CudaEventClock
+from explorer.stops import stop_name
 
 ATTN_IMPLEMENTATION = "explorer_eager"
 _ACTIVE: ContextVar[StepRecorder | None] = ContextVar("explorer_step_recorder", default=None)
@@ -144,23 +145,24 @@ def explorer_attention(
         ([B, T, h_q, d_h] attention output, None): the probabilities go to the step's recorder, not to the
         model, which drops them (as SDPA, transformers' default, returns none).
     """
-    rec = _ACTIVE.get()
-    prefix = f"layers.{module.layer_idx}.attn."
+    rec, layer = _ACTIVE.get(), module.layer_idx
     batch, h_q, q_len, head_dim = query.shape
     n = key.shape[2]
     start = rec.clock()
     expanded = torch.Size([batch, h_q, n, head_dim])  # a broadcast (explorer.runner.gqa): no tensor of its own
-    start = rec.record_shapes(prefix + "gqa_expand", start, [key.shape, value.shape], [expanded] * 2, key.dtype)
+    start = rec.record_shapes(stop_name(layer, "attn.gqa_expand"), start, [key.shape, value.shape], [expanded] * 2,
+                              key.dtype)
     scores = grouped_scores(query, key, scaling, softcap, attention_mask)
     heads = torch.Size([batch, h_q, q_len, n])
-    start = rec.record_shapes(prefix + "scores", start, [query.shape, expanded], [heads], scores.dtype)
+    start = rec.record_shapes(stop_name(layer, "attn.scores"), start, [query.shape, expanded], [heads], scores.dtype)
     probs = softmax(scores)
-    start = rec.record_shapes(prefix + "softmax", start, [heads], [heads], probs.dtype)
+    start = rec.record_shapes(stop_name(layer, "attn.softmax"), start, [heads], [heads], probs.dtype)
     merged = grouped_weighted_sum(probs, value)  # [B, T, h_q, d_h]
     per_head = torch.Size([batch, h_q, q_len, head_dim])
-    start = rec.record_shapes(prefix + "weighted_sum", start, [heads, expanded], [per_head], merged.dtype)
-    rec.record(prefix + "merge_heads", start, [per_head], [merged])
-    rec.capture_attention(module.layer_idx, probs, AttentionInputs(query[0].detach(), scaling, softcap))
+    start = rec.record_shapes(stop_name(layer, "attn.weighted_sum"), start, [heads, expanded], [per_head],
+                              merged.dtype)
+    rec.record(stop_name(layer, "attn.merge_heads"), start, [per_head], [merged])
+    rec.capture_attention(layer, probs, AttentionInputs(query[0].detach(), scaling, softcap))
     return merged, None
 
 
@@ -173,7 +175,7 @@ def tracing(model: nn.Module, cache, recorder: StepRecorder, hook_modules: bool 
     """Attach the recorder to `model` and `cache` for one forward pass; detach everything on exit.
 
     Args:
-        model: a transformers causal LM of a family in `explorer.stops.FAMILIES`.
+        model: a transformers causal LM of a traced family (`explorer.families.FAMILIES`).
         cache: the `DynamicCache` the pass writes to; its `update` is timed.
         recorder: where events go.
         hook_modules: False to capture attention only (recomputing one layer's probabilities).
@@ -226,7 +228,7 @@ def _probe_cache_writes(cache, recorder: StepRecorder) -> None:
     def timed_update(key_states, value_states, layer_idx, *args, **kwargs):
         start = recorder.clock()
         keys, values = update(key_states, value_states, layer_idx, *args, **kwargs)
-        recorder.record(f"layers.{layer_idx}.attn.kv_cache_write", start,
+        recorder.record(stop_name(layer_idx, "attn.kv_cache_write"), start,
                         [key_states.shape, value_states.shape], [keys, values])
         return keys, values
 

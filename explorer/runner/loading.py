@@ -18,7 +18,9 @@ from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCa
 
 from explorer.config import PRESET_SOURCES, cache_dir, load_hf_config
 from explorer.errors import ConfigError, ModelLoadError
+from explorer.families import traced_family
 from explorer.runner import embedded
+from explorer.runner.configs import transformers_config
 from explorer.runner.devices import (
     MEMORY_HEADROOM,
     PLANNED_CONTEXT_TOKENS,
@@ -33,7 +35,6 @@ from explorer.runner.devices import (
     plan_placement,
 )
 from explorer.runner.embedded import Progress, report
-from explorer.stops import features_for
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -140,7 +141,7 @@ def load_shape_only(preset_or_path: str) -> LoadedModel:
         ConfigError: unreadable config, unknown `model_type`, or a family the tracer lacks.
         ModelLoadError: not a causal LM.
     """
-    config = _config_from_dict(load_hf_config(preset_or_path), preset_or_path)
+    config = transformers_config(load_hf_config(preset_or_path), preset_or_path)
     _check_supported(config, preset_or_path)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=config.dtype or torch.float32)
@@ -216,23 +217,6 @@ def _pretrained_config(source: str, name: str):
         ) from exc
 
 
-def _config_from_dict(fields: dict, name: str):
-    """A transformers config from raw `config.json` fields.
-
-    Raises:
-        ConfigError: no `model_type`, or one this transformers does not know.
-    """
-    fields = dict(fields)
-    model_type = fields.pop("model_type", None)
-    if not model_type:
-        raise ConfigError(f"The config of '{name}' has no model_type; add it (e.g. \"llama\").")
-    try:
-        return AutoConfig.for_model(model_type, **fields)
-    except (ValueError, KeyError) as exc:
-        raise ConfigError(f"transformers does not know model_type '{model_type}' of '{name}' "
-                          f"({_first_line(exc)}). Use a supported family.") from exc
-
-
 def _check_supported(config, name: str) -> None:
     """Check that `config` describes a causal LM of a family the tracer supports.
 
@@ -249,7 +233,7 @@ def _check_supported(config, name: str) -> None:
             f"({config.model_type}, {architectures or 'no causal-LM class'}): "
             "the explorer traces next-token generation only. Pick a decoder-only model such as Qwen/Qwen3-0.6B."
         )
-    features_for(config.model_type)
+    traced_family(config.model_type)
 
 
 def _from_pretrained(source: str, name: str, description: str | None, device: str, dtype: str,

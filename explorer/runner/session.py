@@ -1,7 +1,7 @@
 """`InferenceSession`: one person's inference, the prefill then one decode step at a time.
 
 The loaded model is shared read-only; everything per person (token ids, the `DynamicCache`, the
-traces, the random generator) lives here. Model-running calls on one model are serialised by a
+`Run` its steps are appended to, its attention, the random generator) lives here. Model-running calls on one model are serialised by a
 per-model lock, and the hooks are attached for the duration of one call only.
 """
 
@@ -18,57 +18,33 @@ from transformers import DynamicCache
 
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
+from explorer.run import Run
 from explorer.runner.architectures import model_features
 from explorer.runner.assemble import assemble_ops
-from explorer.runner.attention_store import AttentionStore
+from explorer.runner.attention_store import LiveAttention
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.loading import LoadedModel
+from explorer.runner.prompts import check_prompt_chars, check_unicode
 from explorer.runner.sampling import sample_next_token
 from explorer.runner.timing import step_clock
 from explorer.stops import stop_table
-from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, StepTrace
+from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, SamplingRecord, StepTrace
 
 # Attention memory a session keeps, all steps together: the post-RoPE queries of every step and layer
-# (always kept; `attention_probs` recomputes any matrix from them and the cached keys, a 2,048-token
+# (always kept; `attention.probs` recomputes any matrix from them and the cached keys, a 2,048-token
 # prefill block in about 0.3 s), plus as many probability matrices (float32) as fit beside them, the
 # newest first. A short prompt keeps every matrix; a 2,048-token prompt with 64 decode steps keeps
 # 146 MB of queries, a few MB of matrices and, with its 97 MB KV cache, stays within the app's 300 MB
 # per-session budget.
 DEFAULT_ATTENTION_BUDGET_BYTES = 144 * 2**20
 
-# The prompt text allowed per token of `max_prompt_tokens`, checked before the tokenizer runs (which
-# spends seconds and gigabytes on megabytes of text): 99% of SmolLM2's 49,152 tokens are at most 16
-# characters and English text averages 3-4 per token; only runs of spaces, '#' or '=' are longer.
-CHARS_PER_TOKEN_MAX = 16
+# Top tokens per step whose text pieces the run names (the sampling view draws 20 of them).
+PIECES_PER_STEP = 64
 
 _MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
-
-
-def max_prompt_chars(max_prompt_tokens: int | None) -> int | None:
-    """The longest prompt (or system prompt) text, characters, under a cap of `max_prompt_tokens`
-    (None: no cap)."""
-    return None if max_prompt_tokens is None else max_prompt_tokens * CHARS_PER_TOKEN_MAX
-
-
-def check_prompt_chars(text: str | None, what: str, max_prompt_tokens: int | None, advice: str) -> None:
-    """Refuse a text far too long to fit `max_prompt_tokens` before any tokenizer reads it.
-
-    Args:
-        text: the prompt or the system prompt (None: nothing to check).
-        what: its name in the message ("prompt", "system prompt").
-        max_prompt_tokens: the prompt cap, tokens; None: no cap.
-        advice: what the message tells the person to do.
-
-    Raises:
-        PromptError: `text` is longer than `max_prompt_chars(max_prompt_tokens)` characters.
-    """
-    most = max_prompt_chars(max_prompt_tokens)
-    if most is not None and isinstance(text, str) and len(text) > most:
-        raise PromptError(f"The {what} is {len(text):,} characters; here the limit is {most:,} characters "
-                          f"(for {max_prompt_tokens} tokens). {advice}")
 
 
 def model_lock(model: torch.nn.Module) -> threading.Lock:
@@ -78,7 +54,8 @@ def model_lock(model: torch.nn.Module) -> threading.Lock:
 
 
 class InferenceSession:
-    """Prefill, then decode steps, each returning a `StepTrace`.
+    """Prefill, then decode steps, each appended to the session's `run` and returned as a `StepTrace`;
+    `attention` gives any step's attention probabilities.
 
     Args:
         loaded: the model, its tokenizer (None in shape-only mode) and its EOS ids.
@@ -106,8 +83,8 @@ class InferenceSession:
         self.settings = settings or SamplingSettings()
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
-        self.traces: list[StepTrace] = []
-        self._attention = AttentionStore(attention_budget_bytes)
+        self.run = self._new_run()
+        self.attention = LiveAttention(attention_budget_bytes, self._recompute_attention, not loaded.shape_only)
         self.ids: list[int] = []
         self.generated: list[int] = []
         self._generator = torch.Generator().manual_seed(self.settings.seed)
@@ -117,29 +94,36 @@ class InferenceSession:
         self._step_lock = threading.Lock()  # two clicks at once run one step after the other
 
     @property
+    def traces(self) -> tuple[StepTrace, ...]:
+        """The run's steps: the prefill, then each decode step."""
+        return self.run.steps
+
+    @property
     def finished(self) -> bool:
         """True once a step chose an EOS token, hit max_new_tokens, or filled the context."""
-        return bool(self.traces) and self.traces[-1].finished
+        return self.run.finished
 
     @property
     def text(self) -> str:
-        """The generated text so far, special tokens left out ("" in shape-only mode); a character
-        still incomplete after the last token (part of an emoji's UTF-8 bytes) is held back."""
-        if not self._has_text():
-            return ""
-        return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True).rstrip("\ufffd")
+        """The generated text so far (`Run.text`)."""
+        return self.run.text
 
     @property
     def query_bytes(self) -> int:
         """Bytes of the post-RoPE queries the session keeps (every step, every layer) to recompute the
         attention it does not keep: h_q x T x d_h values a layer for the prefill, h_q x d_h a decode step."""
-        return self._attention.query_bytes
+        return self.attention.store.query_bytes
 
     def close(self) -> None:
-        """Free the KV cache, the traces and the ids (the page that held this session closed)."""
+        """Free the KV cache, the run, its attention and the ids (the page that held this session closed)."""
         with self._step_lock:  # a step in flight finishes first
-            self._cache, self.traces, self.ids, self.generated = None, [], [], []
-            self._attention = AttentionStore(self.attention_budget_bytes)
+            self._cache, self.ids, self.generated = None, [], []
+            self.run = self._new_run()
+            self.attention.reset()
+
+    def _new_run(self) -> Run:
+        loaded = self.loaded
+        return Run(loaded.name, loaded.description, loaded.model.config.to_dict())
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """Use new sampling settings from the next step on (the generator is not reseeded)."""
@@ -176,8 +160,9 @@ class InferenceSession:
                             (time.perf_counter() - start) * 1e3)
         with self._step_lock:
             self._cache = DynamicCache(config=self.loaded.model.config)
-            self.ids, self.generated, self.traces, self._failed_step = list(ids), [], [], None
-            self._attention = AttentionStore(self.attention_budget_bytes)
+            self.ids, self.generated, self._failed_step = list(ids), [], None
+            self.run = self._new_run()
+            self.attention.reset()
             self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
             n_layers = self.loaded.model.config.num_hidden_layers
             report = None if on_layer is None else lambda layer: on_layer(layer, n_layers)
@@ -201,19 +186,19 @@ class InferenceSession:
             return self._step("decode", [self.generated[-1]], {}, None)
 
     def _check_can_decode(self) -> None:
-        if not self.traces:
+        if not self.run.steps:
             raise SessionStateError("Run the prefill first: a decode step continues a prompt.")
         if self._failed_step is not None:
             raise SessionStateError(f"The previous step failed ({self._failed_step}); its KV cache may be "
                                     "half written. Run a new prefill.")
         if self.finished:
-            reason = self.traces[-1].finish_reason
+            reason = self.run.latest.finish_reason
             raise SessionStateError(
                 f"Generation has ended ({reason.replace('_', ' ')}). Run a new prefill to start again."
             )
 
-    def attention_probs(self, step_index: int, layer: int) -> np.ndarray:
-        """A layer's attention probabilities for a step, recomputed if the step did not keep them.
+    def _recompute_attention(self, step_index: int, layer: int) -> np.ndarray:
+        """A layer's attention probabilities for a step the session did not keep (`LiveAttention`).
 
         Recomputing takes the step's queries, which the session keeps, and the keys in its cache
         (`explorer.runner.gqa.recompute_probs`: the same values, bit for bit). Where the cache no longer
@@ -228,15 +213,15 @@ class InferenceSession:
             IndexError: no such step or layer.
             SessionStateError: in shape-only mode (there are no values).
         """
-        trace = self.traces[step_index]
-        record = trace.attention[layer]
-        if record.probs is not None:
-            return record.probs
+        trace = self.run.steps[step_index]
+        if not 0 <= layer < len(trace.attention):
+            raise IndexError(f"layer {layer} of {len(trace.attention)}")
         if self.loaded.shape_only:
             raise SessionStateError("Shape-only mode computes no attention values.")
         held = self._cache.layers[layer] if self._cache is not None else None
-        if held is not None and held.keys.shape[-2] == self.traces[-1].context_length:
-            return recompute_probs(self._attention.inputs[step_index][layer], held.keys[:, :, :trace.context_length])
+        if held is not None and held.keys.shape[-2] == self.run.latest.context_length:
+            inputs = self.attention.store.inputs[step_index][layer]
+            return recompute_probs(inputs, held.keys[:, :, :trace.context_length])
         return self._rerun_attention(trace, layer)
 
     def _rerun_attention(self, trace: StepTrace, layer: int) -> np.ndarray:
@@ -285,8 +270,8 @@ class InferenceSession:
         check_prompt_chars(system_prompt, "system prompt", self.max_prompt_tokens, self.limit_advice)
         if not isinstance(prompt, str) or not prompt.strip():
             raise PromptError("The prompt is empty: type some text to run through the model.")
-        _check_unicode(prompt, "prompt")
-        _check_unicode(system_prompt or "", "system prompt")
+        check_unicode(prompt, "prompt")
+        check_unicode(system_prompt or "", "system prompt")
         if use_chat_template and tokenizer.chat_template:
             messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
             messages.append({"role": "user", "content": prompt})
@@ -305,7 +290,7 @@ class InferenceSession:
 
     def _run_step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord], on_layer) -> StepTrace:
         model = self.loaded.model
-        recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self._attention.keeper(),
+        recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self.attention.store.keeper(),
                                 on_layer=on_layer)
         input_ids = torch.tensor([new_ids], device=self.loaded.device)
         with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
@@ -313,51 +298,68 @@ class InferenceSession:
             output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=1)
             recorder.finish()  # on CUDA the step's one synchronise, so wall_ms covers the GPU's work
             wall_ms = (time.perf_counter() - start) * 1e3
-        trace = self._trace(stage, new_ids, recorder, wall_ms)
-        self._choose(trace, output.logits[0, -1], extra)
-        trace.ops = assemble_ops(stop_table(self.features, len(trace.kv), stage), recorder.events,
-                                 self.features, extra)
-        self.traces.append(trace)
-        self._attention.add(trace, recorder.attention_inputs)
+        kv, context_length = self._kv_snapshots(), self._cache.get_seq_length()
+        sampling, token_text, finish_reason = self._choose(output.logits[0, -1], extra)
+        trace = StepTrace(
+            stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
+            context_length=context_length,
+            ops=assemble_ops(stop_table(self.features, len(kv), stage), recorder.events, self.features, extra),
+            kv=kv, attention=[AttentionRecord(i, shape) for i, shape in sorted(recorder.attention_shapes.items())],
+            logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
+            sampling=sampling, token_text=token_text, finished=bool(finish_reason), finish_reason=finish_reason,
+            wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only,
+        )
+        self.attention.store.add(recorder.attention, recorder.attention_inputs)
+        self.run.append(trace, self._named_pieces(trace), self._text())
         return trace
 
-    def _trace(self, stage: str, new_ids: list[int], recorder: StepRecorder, wall_ms: float) -> StepTrace:
-        kv = [
+    def _kv_snapshots(self) -> list[KVSnapshot]:
+        return [
             KVSnapshot(i, list(layer.keys.shape), list(layer.values.shape),
                        layer.keys.numel() * layer.keys.element_size(),
                        layer.values.numel() * layer.values.element_size())
             for i, layer in enumerate(self._cache.layers)
         ]
-        attention = [AttentionRecord(i, shape, recorder.attention.get(i))
-                     for i, shape in sorted(recorder.attention_shapes.items())]
-        return StepTrace(
-            stage=stage, step_index=len(self.traces), input_ids=list(new_ids),
-            input_pieces=self.pieces(new_ids), context_length=self._cache.get_seq_length(),
-            ops=[], kv=kv, attention=attention, logits=None, sampling=None, wall_ms=wall_ms,
-            device=str(self.loaded.device), shape_only=self.loaded.shape_only,
-        )
 
-    def _choose(self, trace: StepTrace, logits: torch.Tensor, extra: dict[str, OpRecord]) -> None:
-        """Sample (or, shape-only, take a placeholder id), detokenise, and decide whether generation ends."""
+    def _choose(self, logits: torch.Tensor, extra: dict[str, OpRecord]) -> tuple[SamplingRecord | None, str, str]:
+        """Sample (or, shape-only, take a placeholder id) and detokenise: (how the token was chosen, the
+        text it adds, why generation ends or "")."""
         start = time.perf_counter()
         vocab = int(logits.shape[-1])
+        sampling = None
         if self.loaded.shape_only:
             token_id = 0
         else:
             ids = torch.tensor([self.ids], dtype=torch.long)
-            trace.sampling = sample_next_token(logits, ids, self.settings, self._generator)
-            trace.logits = trace.sampling.stages[0].logits  # the raw stage: one array, not two
-            token_id = trace.sampling.token_id
+            sampling = sample_next_token(logits, ids, self.settings, self._generator)
+            token_id = sampling.token_id
         extra["sample"] = OpRecord("sample", "sample", None, [[1, vocab]], [[1]], "int64",
                                    (time.perf_counter() - start) * 1e3)
         start = time.perf_counter()
         self.ids.append(token_id)
         self.generated.append(token_id)
-        trace.token_text = self._detokenizer.push(token_id) if self._detokenizer else ""
+        token_text = self._detokenizer.push(token_id) if self._detokenizer else ""
         extra["detokenize"] = OpRecord("detokenize", "detokenize", None, [[1]], [], "str",
                                        (time.perf_counter() - start) * 1e3)
-        trace.finish_reason = self._finish_reason(token_id)
-        trace.finished = bool(trace.finish_reason)
+        return sampling, token_text, self._finish_reason(token_id)
+
+    def _named_pieces(self, trace: StepTrace) -> dict[int, str]:
+        """The pieces of the ids a step names that the run does not yet: the ids it fed, the token it
+        chose and its `PIECES_PER_STEP` top tokens."""
+        named = set(trace.input_ids)
+        if trace.logits is not None:
+            named.add(trace.sampling.token_id)
+            top = min(PIECES_PER_STEP, trace.logits.size)
+            named.update(int(i) for i in np.argpartition(trace.logits, -top)[-top:])
+        new = sorted(named.difference(self.run.pieces))
+        return dict(zip(new, self.pieces(new), strict=True))
+
+    def _text(self) -> str:
+        """The generated text, special tokens left out ("" in shape-only mode); a character still
+        incomplete after the last token (part of an emoji's UTF-8 bytes) is held back."""
+        if not self._has_text():
+            return ""
+        return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True).rstrip("\ufffd")
 
     def _finish_reason(self, token_id: int) -> str:
         if not self.loaded.shape_only and token_id in self.loaded.eos_token_ids:
@@ -376,14 +378,3 @@ class InferenceSession:
         if not self._has_text():
             return [""] * len(ids)
         return [token_piece(self.loaded.tokenizer, i) for i in ids]
-
-
-def _check_unicode(text: str, what: str) -> None:
-    """Raise `PromptError` if `text` cannot be encoded as UTF-8 (it holds a lone UTF-16 surrogate)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise PromptError(
-            f"The {what} holds a character that is not valid Unicode (a lone surrogate, {text[exc.start]!r}, "
-            f"at position {exc.start}), often left by a broken copy and paste. Delete it and try again."
-        ) from exc

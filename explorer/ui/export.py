@@ -15,6 +15,7 @@ is removed at start and after each export.
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import shutil
 import time
@@ -25,15 +26,15 @@ import numpy as np
 from gradio.utils import get_upload_folder
 
 from explorer.errors import ExportError
-from explorer.trace import _to_plain as json_ready
-from explorer.ui.saved import PIECES_PER_STEP, save_run, trace_dict
+from explorer.run import step_to_dict
+from explorer.trace import json_ready
+from explorer.ui.saved import run_head, save_run
 
 EXPORT_FOLDER_NAME = "explorer-exports"  # inside Gradio's cache folder
 SAMPLE_ARRAYS = 64  # arrays whose values are sampled to estimate the text length of a value
 SAMPLE_VALUES = 64  # values sampled per array
 ZERO_BYTES, NULL_BYTES = len("0.0, "), len("null, ")  # an exact 0 (attention above the diagonal), a -inf
 LEFTOVER_S = 3600  # an upload's temporary file or an export untouched this long is no longer in use
-PIECE_BYTES = 18  # a token piece with its id in the file's "pieces", on average (SmolLM2: 17.6, bench_export.py)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def write_export(visit, plan: ExportPlan, cache_folder: str | Path | None = None
     folder = Path(cache_folder or get_upload_folder()) / EXPORT_FOLDER_NAME / secrets.token_hex(8)
     try:
         folder.mkdir(parents=True)
-        path = save_run(visit, folder / f"explorer-run-step-{len(visit.traces) - 1}.json", plan.attention_left_out)
+        name = f"explorer-run-step-{len(visit.run.steps) - 1}.json"
+        path = save_run(visit.run, visit.attention, folder / name, plan.attention_left_out)
     except BaseException as exc:
         shutil.rmtree(folder, ignore_errors=True)
         if isinstance(exc, OSError):
@@ -147,21 +149,44 @@ def estimated_bytes(visit, keep_attention: bool = True) -> int:
     """The size of the visit's export as JSON, bytes, from its arrays' sizes without writing it: each
     exact zero and each -inf counted at its fixed text length, every other value at the mean text
     length of a sample of them, plus the text of everything else (one trace's, times the traces)."""
-    traces = list(visit.traces)
-    logits = [trace.logits for trace in traces if trace.logits is not None]
-    logits += [stage.logits for trace in traces if trace.sampling for stage in trace.sampling.stages]
-    # each record read once: a session may give a matrix up (set it to None) meanwhile
-    probs = [probs for probs in (record.probs for trace in traces for record in trace.attention) if probs is not None]
+    run = visit.run
+    steps = run.steps
+    logits = [step.logits for step in steps if step.logits is not None]
+    logits += [stage.logits for step in steps if step.sampling for stage in step.sampling.stages]
     values_bytes = _values_text_bytes(logits, blank=-np.inf)
     if keep_attention:
-        values_bytes += _values_text_bytes(probs, blank=0.0)
-    bare_trace = trace_dict(replace(traces[-1], logits=None, sampling=None, attention=[]))
-    session = visit.session
-    head = {"model": visit.model_name, "description": visit.description, "config": visit.config,
-            "ids": list(session.ids), "text": session.text}
-    pieces = len(session.ids) + PIECES_PER_STEP * len(traces)  # at most; each `"id": "piece", `
-    other_bytes = len(json.dumps(bare_trace)) * len(traces) + len(json.dumps(head)) + pieces * PIECE_BYTES
+        values_bytes += _attention_text_bytes(visit)
+    bare = step_to_dict(replace(steps[-1], logits=None, sampling=None, attention=[]), None)
+    other_bytes = len(json.dumps(bare)) * len(steps) + len(json.dumps(run_head(run)))
     return round(other_bytes + values_bytes)
+
+
+def _attention_text_bytes(visit) -> float:
+    """Estimated JSON text of the attention matrices the visit's export writes, bytes: every matrix its
+    source gives (`AttentionSource.has`), counted from the records' shapes (the q_len (q_len - 1) / 2
+    zeros per head above the causal diagonal exactly), the other values at the mean text length of a
+    sample of the newest matrices the source keeps (where it keeps none, of the newest one alone)."""
+    source = visit.attention
+    records = [(step.step_index, record) for step in visit.run.steps for record in step.attention
+               if source.has(step.step_index, record.layer)]
+    if not records:
+        return 0.0
+    values = sum(math.prod(record.shape) for _, record in records)
+    zeros = sum(heads * rows * (rows - 1) // 2 for heads, rows, _ in (record.shape for _, record in records))
+    kept = [(index, record) for index, record in records if source.kept(index, record.layer)] or records[-1:]
+    newest = [source.probs(index, record.layer) for index, record in kept[-SAMPLE_ARRAYS:]]
+    sample = np.concatenate([picked[picked != 0] for picked in _sampled(newest)])
+    value_bytes = len(json.dumps(json_ready(sample))) / max(sample.size, 1)  # "x, " per value
+    return zeros * ZERO_BYTES + (values - zeros) * value_bytes
+
+
+def _sampled(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Up to `SAMPLE_VALUES` evenly spaced values of each of up to `SAMPLE_ARRAYS` evenly spaced arrays."""
+    picks = []
+    for index in np.linspace(0, len(arrays) - 1, min(len(arrays), SAMPLE_ARRAYS)).astype(np.int64):
+        flat = arrays[index].reshape(-1)
+        picks.append(flat[np.linspace(0, flat.size - 1, min(flat.size, SAMPLE_VALUES)).astype(np.int64)])
+    return picks
 
 
 def size_text(n_bytes: float) -> str:
@@ -185,11 +210,6 @@ def _values_text_bytes(arrays: list[np.ndarray], blank: float) -> float:
         blanks, blank_bytes = values - sum(np.count_nonzero(array) for array in arrays), ZERO_BYTES
     else:
         blanks, blank_bytes = sum(np.count_nonzero(array == blank) for array in arrays), NULL_BYTES
-    picks = []
-    for index in np.linspace(0, len(arrays) - 1, min(len(arrays), SAMPLE_ARRAYS)).astype(np.int64):
-        flat = arrays[index].reshape(-1)
-        sample = flat[np.linspace(0, flat.size - 1, min(flat.size, SAMPLE_VALUES)).astype(np.int64)]
-        picks.append(sample[sample != blank])
-    sample = np.concatenate(picks)
+    sample = np.concatenate([picked[picked != blank] for picked in _sampled(arrays)])
     value_bytes = len(json.dumps(json_ready(sample))) / max(sample.size, 1)  # "x, " per value
     return blanks * blank_bytes + (values - blanks) * value_bytes

@@ -17,19 +17,25 @@ import gradio as gr
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, ExplorerError, PromptError, SamplingSettingsError, SessionStateError
 from explorer.figures.theme import empty_figure, plain_label
+from explorer.figures.views import VIEWS, ViewOptions
 from explorer.journey import step_label
-from explorer.runner.session import InferenceSession, check_prompt_chars
+from explorer.runner.prompts import check_prompt_chars
+from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
 from explorer.ui.export import export_label, plan_export, write_export
 from explorer.ui.hosting import Limits, Served, client_address
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.plain import markdown_text
-from explorer.ui.saved import SavedSession, load_run
+from explorer.ui.saved import load_run
 from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.tokens import token_strip_html
-from explorer.ui.views import VIEWS, ViewOptions, Visit, render
+from explorer.ui.views import Visit, render
 
-SAMPLING_INPUTS = 7  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
+# The handlers' inputs by component name (`explorer.ui.layout` wires them by these names), in order.
+PROMPT_INPUTS = ("model_choice", "custom_model", "prompt", "prompt_tokens", "use_chat_template", "system_prompt")
+SAMPLING_FIELDS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "seed", "max_new_tokens")  # settings_from
+VIEW_INPUTS = ("layer", "average", "hardware", "shown", "presenter", "zoom")  # step_outputs' view controls
+SAMPLING_INPUTS = len(SAMPLING_FIELDS)
 EMPTY_VIEW = "Type a prompt and press Prefill."
 STEP_OUTPUTS = 6 + len(VIEWS)  # visit, status, token strip, text, step menu, layer slider, the views
 
@@ -119,7 +125,7 @@ class ServedHandlers:
         views stay as they were."""
         if not path:
             return tuple(gr.skip() for _ in range(STEP_OUTPUTS))
-        visit = Visit.replay(load_run(path), self.served.limits)
+        visit = Visit.replay(*load_run(path), self.served.limits)
         outputs = _replay_outputs(visit, *view_controls)
         self.served.live.admit(_page(request), visit, client_address(request))
         return outputs
@@ -167,7 +173,8 @@ class ServedHandlers:
         box. `inputs` are `on_prefill_click`'s."""
         results = [gr.validate(True, "") for _ in inputs]
         limits = self.served.limits
-        for index, what in ((2, "prompt"), (5, "system prompt")):
+        for name, what in (("prompt", "prompt"), ("system_prompt", "system prompt")):
+            index = PROMPT_INPUTS.index(name)
             try:
                 check_prompt_chars(inputs[index], what, limits.max_prompt_tokens, self.served.limit_advice())
             except PromptError as exc:
@@ -258,7 +265,7 @@ def on_view_change(visit: Visit | None, step: int | None, layer: int, average_he
 
 def model_info(visit: Visit | None):
     """The model menu's line under its label: what the page's session runs (after a prefill)."""
-    return gr.skip() if visit is None else gr.update(info=f"In use: {markdown_text(visit.description)}")
+    return gr.skip() if visit is None else gr.update(info=f"In use: {markdown_text(visit.run.description)}")
 
 
 @shows_errors
@@ -310,32 +317,33 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
                  presenter: bool = False, zoom: str | None = None) -> tuple:
     """After a step: (visit, status, token strip, text, step menu, layer slider, *five views), the
     latest step shown, the view `shown` drawn and the others left as they are."""
-    traces = visit.traces
+    traces = visit.run.steps
     latest = len(traces) - 1
     n_layers = len(traces[0].kv)
     layer = _index(layer, 0, n_layers - 1)
     options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom))
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
-    return (visit, status_text(visit, latest), _strip(visit, latest), visit.session.text, steps,
+    return (visit, status_text(visit, latest), _strip(visit, latest), visit.run.text, steps,
             gr.update(maximum=n_layers - 1, value=layer), *_views(visit, options, shown))
 
 
 def _strip(visit: Visit, step: int) -> str:
     """The token strip with `step`'s tokens outlined and the token the last step chose dashed."""
-    last = visit.traces[-1]
-    return token_strip_html(visit.traces, step, visit.piece(last.sampling.token_id) if last.sampling else None)
+    run = visit.run
+    chosen = run.latest.sampling
+    return token_strip_html(list(run.steps), step, run.piece(chosen.token_id) if chosen else None)
 
 
 def status_text(visit: Visit, step: int) -> str:
     """The model, then one line on the step shown: tokens in, context, wall time, chosen token (and,
     for an earlier step, which step is the latest)."""
-    trace = visit.traces[step]
-    source = "a saved run, shown without the model: " if isinstance(visit.session, SavedSession) else ""
-    line = f"{source}{markdown_text(visit.description)}\n\n**{step_label(trace)}**: {_step_summary(trace)}"
+    trace = visit.run.steps[step]
+    source = "a saved run, shown without the model: " if visit.saved else ""
+    line = f"{source}{markdown_text(visit.run.description)}\n\n**{step_label(trace)}**: {_step_summary(trace)}"
     if trace.finished:
         line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."
-    if step != len(visit.traces) - 1:
-        line += f". An earlier step: the latest is {step_label(visit.traces[-1])}."
+    if step != len(visit.run.steps) - 1:
+        line += f". An earlier step: the latest is {step_label(visit.run.latest)}."
     return line
 
 
@@ -407,19 +415,21 @@ def _session(visit: Visit | None) -> InferenceSession:
     if not _open(visit):
         raise SessionStateError("This page's session was freed (the page showed no sign of life for a few "
                                 "minutes, or its connection closed). Run the prefill again.")
+    if visit.saved:
+        raise SessionStateError("This is a saved run: there is no model to run. Press Prefill to start a live one.")
     return visit.session
 
 
 def _open(visit: Visit | None) -> bool:
     """Whether the page holds a session not yet freed (a freed session keeps no traces)."""
-    return visit is not None and bool(visit.traces)
+    return visit is not None and visit.open
 
 
 def _options(visit: Visit, step: int | None, layer: int, average_heads: bool, hardware: str,
              presenter: bool = False, zoom: str | None = None) -> ViewOptions:
-    latest = len(visit.traces) - 1
+    latest = len(visit.run.steps) - 1
     step = _index(step, latest, latest)
-    layer = _index(layer, 0, len(visit.traces[0].kv) - 1)
+    layer = _index(layer, 0, len(visit.run.steps[0].kv) - 1)
     return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom))
 
 

@@ -43,7 +43,7 @@ class Limits:
     Attributes:
         max_prompt_tokens: longest prompt, tokens (a 2k-token prefill takes seconds here, and every
             visitor waits in the same queue; the app's budget is 2,048). It also caps the prompt and
-            the system prompt in characters before tokenising (`runner.session.max_prompt_chars`).
+            the system prompt in characters before tokenising (`runner.prompts.max_prompt_chars`).
         max_new_tokens: most decode steps of one session.
         max_run_tokens: most steps of one "Run N tokens" click.
         max_sessions: most live sessions (each holds up to ~300 MB at the longest prompt).

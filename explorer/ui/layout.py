@@ -16,16 +16,16 @@ import gradio as gr
 from explorer.analysis.hardware import THIS_MACHINE, hardware_names
 from explorer.config import SamplingSettings
 from explorer.figures.theme import empty_figure
+from explorer.figures.views import VIEWS, ZOOM_TOKENS
 from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.loading import LoadedModel
-from explorer.runner.session import max_prompt_chars
+from explorer.runner.prompts import max_prompt_chars
 from explorer.ui import handlers
 from explorer.ui.export import remove_leftovers, size_text
-from explorer.ui.handlers import ServedHandlers
+from explorer.ui.handlers import PROMPT_INPUTS, SAMPLING_FIELDS, VIEW_INPUTS, ServedHandlers
 from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
-from explorer.ui.links import RANGES
+from explorer.ui.links import LINK_FIELDS, RANGES
 from explorer.ui.models import ModelRegistry
-from explorer.ui.views import VIEWS, ZOOM_TOKENS
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MODEL_QUEUE = "model"  # every event that may run the model shares one queue
@@ -51,6 +51,8 @@ SAVE_SVG_JS = """() => {
   const meta = figure.layout.meta || {};
   window.Plotly.downloadImage(figure, {format: 'svg', filename: `explorer-${meta.view}-step-${meta.step}`});
 }"""
+FILTERS = SAMPLING_FIELDS[:5]  # a change redraws the sampling view's preview
+EXAMPLE_FIELDS = ("prompt", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
 PRESENTER_JS = "(...values) => { document.body.classList.toggle('presenter', values[values.length - 2]); return values; }"
 
 
@@ -77,7 +79,7 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
     served = Served.create(ModelRegistry(loaded, device, limits.allowed_models), limits)
     app = ServedHandlers(served)
     remove_leftovers()
-    c: dict = {}  # the components, by role, for the wiring below
+    c: dict = {}  # the components by name (the handlers name their inputs), for the wiring below
     with gr.Blocks(title="LLM Inference Explorer", delete_cache=DELETE_CACHE) as demo:
         gr.Markdown("# LLM Inference Explorer\nType a prompt, run the **prefill**, then one **decode** step "
                     "at a time, and see what the model computes.")
@@ -85,9 +87,8 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
         # ticks only in an open page: each tick renews the page's session lease (hosting.LiveSessions)
         c["lease"] = gr.Timer(limits.session_lease_s / LEASE_RENEWALS)
         c["shown"] = gr.State(VIEWS[0])  # the view whose tab is selected: the only one drawn per step
-        c["prompt"] = _prompt_controls(app, loaded)
-        c["sampling"] = _sampling_controls(limits)
-        _examples(c["prompt"][2], c["sampling"])
+        c |= _prompt_controls(app, loaded) | _sampling_controls(limits)
+        _examples(c)
         with gr.Row():
             c["prefill_btn"] = gr.Button("Prefill", variant="primary", elem_id="prefill-btn")
             c["decode_btn"] = gr.Button("Next token", elem_id="decode-btn")
@@ -129,7 +130,7 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
             c["zoom"] = gr.Textbox("", label=f"Attention: zoom to {ZOOM_TOKENS} tokens from token", max_lines=1,
                                    placeholder="empty: the whole matrix", elem_id="attention-zoom")
             c["presenter"] = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
-        c["tabs"], c["plots"] = _view_tabs()
+        c["tabs"], c["plots"] = _view_tabs()  # each by view
         _wire_steps(c, app)
         _wire_lecture(c, app, demo)
         _wire_views(c, app)
@@ -139,16 +140,15 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
     return demo
 
 
-def _examples(prompt_box: gr.Textbox, sampling: list) -> None:
+def _examples(c: dict) -> None:
     """The ready examples: each fills the prompt and the sampling settings (assets/examples.json)."""
-    fields = ["prompt", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed"]
-    gr.Examples([[example[field] for field in fields] for example in examples()], [prompt_box, *sampling[:6]],
+    gr.Examples([[example[field] for field in EXAMPLE_FIELDS] for example in examples()], _named(c, EXAMPLE_FIELDS),
                 label="Ready examples (they fill the prompt and the sampling settings)",
                 example_labels=[example["label"] for example in examples()])
 
 
-def _prompt_controls(app: ServedHandlers, loaded: LoadedModel) -> list[gr.components.Component]:
-    """Model choice, prompt and chat template; returns them in `on_prefill_click`'s order."""
+def _prompt_controls(app: ServedHandlers, loaded: LoadedModel) -> dict[str, gr.components.Component]:
+    """Model choice, prompt and chat template, by name (`PROMPT_INPUTS`)."""
     registry = app.served.registry
     text = registry.takes_text(registry.default_choice)
     most_chars = max_prompt_chars(app.served.limits.max_prompt_tokens)  # the page stops typing and pasting there
@@ -168,11 +168,12 @@ def _prompt_controls(app: ServedHandlers, loaded: LoadedModel) -> list[gr.compon
                                        visible=text, max_length=most_chars)
     model_select.input(app.on_model_select, model_select, [prompt_box, prompt_tokens, chat_template, system_prompt],
                        api_visibility="private")
-    return [model_select, custom_model, prompt_box, prompt_tokens, chat_template, system_prompt]
+    return {"model_choice": model_select, "custom_model": custom_model, "prompt": prompt_box,
+            "prompt_tokens": prompt_tokens, "use_chat_template": chat_template, "system_prompt": system_prompt}
 
 
-def _sampling_controls(limits: Limits) -> list[gr.components.Component]:
-    """The sampling controls, in `settings_from`'s order."""
+def _sampling_controls(limits: Limits) -> dict[str, gr.components.Component]:
+    """The sampling controls, by name (`SAMPLING_FIELDS`)."""
     s = replace(APP_SAMPLING, max_new_tokens=min(APP_SAMPLING.max_new_tokens, limits.max_new_tokens))
     with gr.Accordion("Sampling: greedy or sample, temperature, top-k, top-p, min-p, seed", open=False):
         with gr.Row():
@@ -187,27 +188,33 @@ def _sampling_controls(limits: Limits) -> list[gr.components.Component]:
             top_k = gr.Slider(*RANGES["top_k"], s.top_k, step=1, label="Top-k", info="0: off", elem_id="top-k")
             top_p = gr.Slider(*RANGES["top_p"], s.top_p, step=0.01, label="Top-p", info="1: off", elem_id="top-p")
             min_p = gr.Slider(*RANGES["min_p"], s.min_p, step=0.01, label="Min-p", info="0: off", elem_id="min-p")
-    return [sample_box, temperature, top_k, top_p, min_p, seed_box, max_new_box]
+    return {"do_sample": sample_box, "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
+            "seed": seed_box, "max_new_tokens": max_new_box}
 
 
-def _view_tabs() -> tuple[list[gr.Tab], list[gr.Plot]]:
-    """One tab per view, each with its Plotly figure; returns the tabs and the plots in `VIEWS` order."""
-    tabs, plots = [], []
+def _view_tabs() -> tuple[dict[str, gr.Tab], dict[str, gr.Plot]]:
+    """One tab per view, each with its Plotly figure; returns the tabs and the plots by view."""
+    tabs, plots = {}, {}
     with gr.Tabs(elem_id="views"):
         for view in VIEWS:
-            with gr.Tab(VIEW_TITLES[view], id=view, elem_id=f"tab-{view}") as tab:
-                plots.append(gr.Plot(empty_figure(view, handlers.EMPTY_VIEW), show_label=False,
-                                     elem_id=PLOT_IDS[view]))
-            tabs.append(tab)
+            with gr.Tab(VIEW_TITLES[view], id=view, elem_id=f"tab-{view}") as tabs[view]:
+                plots[view] = gr.Plot(empty_figure(view, handlers.EMPTY_VIEW), show_label=False,
+                                      elem_id=PLOT_IDS[view])
     return tabs, plots
 
 
+def _named(c: dict, names: tuple[str, ...]) -> list:
+    """The components called `names`, in that order."""
+    return [c[name] for name in names]
+
+
+def _plots(c: dict) -> list[gr.Plot]:
+    """The plots in `VIEWS` order (the handlers return one figure or `gr.skip()` per view)."""
+    return [c["plots"][view] for view in VIEWS]
+
+
 def _step_outputs(c: dict) -> list:
-    return [c["visit"], c["status"], c["strip"], c["text"], c["step"], c["layer"], *c["plots"]]
-
-
-def _view_controls(c: dict) -> list:
-    return [c["layer"], c["average"], c["hardware"], c["shown"], c["presenter"], c["zoom"]]
+    return [*_named(c, ("visit", "status", "strip", "text", "step", "layer")), *_plots(c)]
 
 
 def _wire_steps(c: dict, app: ServedHandlers) -> None:
@@ -216,19 +223,19 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
     # The validator runs as the page sends the event, before it is queued (the page's lease, its events' cap).
     model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]],
                  "validator": app.validate_model_event}
-    outputs, views = _step_outputs(c), _view_controls(c)
-    run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *c["sampling"], *views], outputs,
+    outputs, views, sampling = _step_outputs(c), _named(c, VIEW_INPUTS), _named(c, SAMPLING_FIELDS)
+    run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *sampling, *views], outputs,
                              api_name="run", trigger_mode="always_last", **model_run)
     # a new prefill or a reset stops a run of N tokens after the step in flight (the steps taken are kept); a
     # cancel of its own, as an event that waits in the model queue behind the run would cancel nothing
     for button in (c["prefill_btn"], c["reset_btn"]):
         button.click(None, cancels=[run])
-    prefill = c["prefill_btn"].click(app.on_prefill_click, [*c["prompt"], *c["sampling"], *views], outputs,
+    prefill = c["prefill_btn"].click(app.on_prefill_click, [*_named(c, PROMPT_INPUTS), *sampling, *views], outputs,
                                      api_name="prefill", trigger_mode="always_last",
                                      **model_run | {"validator": app.validate_prefill})
-    prefill.success(handlers.model_info, c["visit"], c["prompt"][0], api_visibility="private", show_progress="hidden")
+    prefill.success(handlers.model_info, c["visit"], c["model_choice"], api_visibility="private", show_progress="hidden")
     # every click on Next token is one step, run in order, even while the previous one runs
-    c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *c["sampling"], *views], outputs,
+    c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *sampling, *views], outputs,
                           api_name="decode", trigger_mode="multiple", **model_run)
     reset = c["reset_btn"].click(app.on_reset_click, None, outputs, api_name="reset")
     # the session an export came from is gone (its file deleted): the download box empties with it
@@ -239,8 +246,7 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
 
 def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
     """Share links, export and import of runs, and freeing a closed page's session."""
-    prompt = c["prompt"]
-    link_controls = [prompt[2], prompt[0], prompt[1], prompt[4], prompt[5], *c["sampling"]]  # LINK_FIELDS order
+    link_controls = _named(c, LINK_FIELDS)
     c["share_btn"].click(handlers.on_share_click, link_controls, c["share_box"]).then(
         None, c["share_box"], c["share_box"], js="(query) => window.location.origin + window.location.pathname + query")
     demo.load(app.on_page_load, None, link_controls, api_visibility="private")
@@ -252,15 +258,15 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
     c["status"].change(handlers.on_export_label, c["visit"], c["export_btn"], queue=False, show_progress="hidden",
                        api_visibility="private")
     c["import_file"].upload(app.on_import_upload,
-                            [c["import_file"], *_view_controls(c)], _step_outputs(c), concurrency_id=MODEL_QUEUE,
+                            [c["import_file"], *_named(c, VIEW_INPUTS)], _step_outputs(c), concurrency_id=MODEL_QUEUE,
                             validator=app.validate_model_event)
 
 
 def _wire_views(c: dict, app: ServedHandlers) -> None:
     """View controls and tabs redraw the view on screen without a step (attention may be recomputed:
     the model queue)."""
-    plots = c["plots"]
-    view_inputs = [c["visit"], c["step"], c["layer"], c["average"], c["hardware"]]
+    plots = _plots(c)
+    view_inputs = _named(c, ("visit", "step", "layer", "average", "hardware"))
     change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"]]
     model_queue = {"concurrency_id": MODEL_QUEUE, "validator": app.validate_model_event}
     redraw = {**model_queue, "show_progress": "minimal"}
@@ -268,11 +274,11 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     for control in (c["layer"], c["average"], c["zoom"]):
         control.input(handlers.on_view_change, change_inputs, plots, **redraw)
     c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, **model_queue)
-    for view, tab, plot in zip(VIEWS, c["tabs"], plots, strict=True):
-        tab.select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"]], [c["shown"], plot],
-                   **model_queue)
-    c["hardware"].input(handlers.on_hardware_change, [c["visit"], c["step"], c["hardware"], c["presenter"]],
-                        plots[-1])
-    for control in c["sampling"][:5]:
-        control.input(handlers.on_sampling_change, [c["visit"], c["step"], *c["sampling"], c["presenter"]],
-                      plots[3])
+    for view in VIEWS:
+        c["tabs"][view].select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"]],
+                               [c["shown"], c["plots"][view]], **model_queue)
+    c["hardware"].input(handlers.on_hardware_change, _named(c, ("visit", "step", "hardware", "presenter")),
+                        c["plots"]["roofline"])
+    sampling_inputs = [c["visit"], c["step"], *_named(c, SAMPLING_FIELDS), c["presenter"]]
+    for name in FILTERS:
+        c[name].input(handlers.on_sampling_change, sampling_inputs, c["plots"]["sampling"])

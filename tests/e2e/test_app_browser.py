@@ -4,23 +4,28 @@ Type a prompt, Prefill, three Next token clicks and one keyboard shortcut, then 
 switch layer, move the temperature, go back to step 1, and open a second page. Screenshots of
 every view are saved under artifacts/e2e/.
 
-The browser comes from tests/e2e/conftest.py.
+The app is served once for the module; every test opens its own freshly loaded page (its own session)
+and runs the steps it needs itself (`prefill`, `next_tokens`, `run_tokens`), so each passes alone and in
+any order. The browser and `new_page` come from tests/e2e/conftest.py.
 """
 
 from __future__ import annotations
 
 import re
 import socket
+import time
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import expect
 
 pytestmark = pytest.mark.real_model
 
 TIMEOUT_MS = 60_000
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 PROMPT = "What is the capital of France?"
+STEP_PACE_S = 0.5  # the least time a step of the paced run of N tokens takes
 GEMMS = {"attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
          "mlp.down_proj", "lm_head"}
 TABS = {"journey": "Journey", "attention": "Attention", "kv_cache": "KV cache", "sampling": "Sampling",
@@ -40,6 +45,11 @@ READ_FIGURE = """id => {
                                       .map(String).join(' | ')}))};
 }"""
 
+# Records the status line as the page takes a click on `selector` (in window.statusAtClick).
+STATUS_AT_CLICK = """selector => document.addEventListener('click', event => {
+  if (event.target.closest(selector)) window.statusAtClick = document.querySelector('#status').innerText;
+}, true)"""
+
 
 @pytest.fixture(scope="module")
 def app_url(embedded_model):
@@ -55,14 +65,17 @@ def app_url(embedded_model):
     demo.close()
 
 
-@pytest.fixture(scope="module")
-def page(browser, app_url):
+@pytest.fixture
+def open_app(new_page, app_url):
+    """`open_app(query="")`: a freshly loaded page of the app (`query` appended to its address)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(app_url)
-    yield page
-    page.close()
+    return lambda query="": new_page(app_url + query, timeout_ms=TIMEOUT_MS)
+
+
+@pytest.fixture
+def page(open_app):
+    """This test's own page of the app, before any prefill."""
+    return open_app()
 
 
 def show(page, view: str, step: int) -> dict:
@@ -79,16 +92,35 @@ def status(page) -> str:
     return page.locator("#status").inner_text()
 
 
-def test_a_person_steps_through_prefill_and_four_decode_steps(page, embedded_model):
-    from playwright.sync_api import expect
-
-    page.locator("#prompt-box textarea").fill(PROMPT)
+def prefill(page, prompt: str | None = PROMPT) -> int:
+    """Type `prompt` (None: keep the box's text), press Prefill and wait for its status line; returns
+    the prompt's token count."""
+    if prompt is not None:
+        page.locator("#prompt-box textarea").fill(prompt)
     page.locator("#prefill-btn").click()
-    expect(page.locator("#status")).to_contain_text("prefill", timeout=TIMEOUT_MS)
-    T = int(re.search(r"(\d+) token\(s\) in", status(page)).group(1))
-    for k in (1, 2, 3):
+    expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
+    return int(re.search(r"(\d+) token\(s\) in", status(page)).group(1))
+
+
+def next_tokens(page, count: int) -> None:
+    """Just after a prefill: click Next token `count` times, waiting each time for that step's status."""
+    for k in range(1, count + 1):
         page.locator("#decode-btn").click()
         expect(page.locator("#status")).to_contain_text(f"step {k}: 1 token(s) in", timeout=TIMEOUT_MS)
+
+
+def run_tokens(page, count: int) -> None:
+    """Just after a prefill: Run N tokens with N = `count` (one event, quicker than `count` clicks), and
+    wait until the run has ended on step `count` (its last step shows before its event ends)."""
+    page.locator("#run-count input").fill(str(count))
+    page.locator("#run-btn").click()
+    expect(page.locator("#status")).to_contain_text(f"step {count}: 1 token(s) in", timeout=TIMEOUT_MS)
+    expect(page.locator("#status [data-testid=status-tracker]")).to_be_hidden(timeout=TIMEOUT_MS)
+
+
+def test_a_person_steps_through_prefill_and_four_decode_steps(page):
+    T = prefill(page)
+    next_tokens(page, 3)
     page.locator("body").click(position={"x": 5, "y": 5})  # focus outside the text fields
     page.keyboard.press("n")
     expect(page.locator("#status")).to_contain_text(f"step 4: 1 token(s) in, context n = {T + 4}")
@@ -119,6 +151,8 @@ def test_a_person_steps_through_prefill_and_four_decode_steps(page, embedded_mod
 
 
 def test_views_follow_the_controls_without_a_new_step(page):
+    prefill(page)
+    run_tokens(page, 4)
     before = status(page)
     show(page, "journey", 4)
     page.locator("#layer-slider input[type=number]").fill("5")
@@ -151,24 +185,21 @@ def test_views_follow_the_controls_without_a_new_step(page):
     page.screenshot(path=str(ARTIFACTS / "back_to_step_1.png"), full_page=True)
 
 
-def test_a_second_page_has_its_own_session(browser, app_url, page):
-    from playwright.sync_api import expect
-
-    other = browser.new_page(viewport={"width": 1400, "height": 1000})
-    other.goto(app_url)
+def test_a_second_page_has_its_own_session(page, open_app):
+    prefill(page)
+    run_tokens(page, 4)
+    other = open_app()
     other.locator("#decode-btn").click()
     expect(other.get_by_test_id("toast-body").first).to_contain_text("Run the prefill first", timeout=TIMEOUT_MS)
-    other.locator("#prompt-box textarea").fill("Name a colour.")
-    other.locator("#prefill-btn").click()
-    expect(other.locator("#status")).to_contain_text("prefill", timeout=TIMEOUT_MS)
+    prefill(other, "Name a colour.")
     other.close()  # its page closes: only its own session is freed
     page.locator("#decode-btn").click()
     expect(page.locator("#status")).to_contain_text("step 5: 1 token(s) in")  # the first page's session lives on
 
 
 def test_errors_are_messages_that_keep_the_view(page):
-    from playwright.sync_api import expect
-
+    prefill(page)
+    run_tokens(page, 5)
     before = status(page)
     page.locator("#prompt-box textarea").fill("   ")
     page.locator("#prefill-btn").click()
@@ -177,9 +208,9 @@ def test_errors_are_messages_that_keep_the_view(page):
     expect(page.locator("#token-strip .tok.generated")).to_have_count(5)
 
 
-
-
 def test_presenter_mode_enlarges_the_page_and_the_figures(page):
+    prefill(page)
+    run_tokens(page, 5)
     page.locator("#presenter-mode input").check()
     page.wait_for_function("() => document.body.classList.contains('presenter')")
     show(page, "journey", 5)
@@ -190,6 +221,8 @@ def test_presenter_mode_enlarges_the_page_and_the_figures(page):
 
 
 def test_the_view_on_screen_saves_as_svg(page, tmp_path):
+    prefill(page)
+    run_tokens(page, 5)
     show(page, "kv_cache", 5)
     page.locator("#lecture-tools").get_by_text("Share a link").click()
     with page.expect_download() as download:
@@ -200,64 +233,59 @@ def test_the_view_on_screen_saves_as_svg(page, tmp_path):
     assert path.read_text(encoding="utf-8").startswith("<svg") and "KV cache after step 5" in path.read_text()
 
 
-def test_a_shared_link_fills_the_prompt_and_the_settings(browser, app_url):
-    from playwright.sync_api import expect
-
-    other = browser.new_page(viewport={"width": 1400, "height": 1000})
-    other.goto(app_url + "?prompt=Bonjour+%C3%A0+tous&temperature=1.3&seed=9&sample=0")
-    expect(other.locator("#prompt-box textarea")).to_have_value("Bonjour à tous", timeout=TIMEOUT_MS)
-    other.get_by_text("Sampling: greedy or sample").click()
-    expect(other.locator("#temperature input[type=number]")).to_have_value("1.3")
-    expect(other.locator("#seed input")).to_have_value("9")
-    expect(other.locator("#do-sample input")).not_to_be_checked()
-    other.locator("#lecture-tools").get_by_text("Share a link").click()
-    other.locator("#share-btn").click()
-    expect(other.locator("#share-link textarea")).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?prompt="
+def test_a_shared_link_fills_the_prompt_and_the_settings(open_app):
+    page = open_app("?prompt=Bonjour+%C3%A0+tous&temperature=1.3&seed=9&sample=0")
+    expect(page.locator("#prompt-box textarea")).to_have_value("Bonjour à tous", timeout=TIMEOUT_MS)
+    page.get_by_text("Sampling: greedy or sample").click()
+    expect(page.locator("#temperature input[type=number]")).to_have_value("1.3")
+    expect(page.locator("#seed input")).to_have_value("9")
+    expect(page.locator("#do-sample input")).not_to_be_checked()
+    page.locator("#lecture-tools").get_by_text("Share a link").click()
+    page.locator("#share-btn").click()
+    expect(page.locator("#share-link textarea")).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?prompt="
                                                                           r"Bonjour\+%C3%A0\+tous&.*temperature=1\.3"))
-    other.close()
 
 
-def test_a_new_prefill_stops_a_run_of_n_tokens(browser, app_url):
-    from playwright.sync_api import expect
+def test_a_new_prefill_stops_a_run_of_n_tokens(page, monkeypatch):
+    from explorer.runner.session import InferenceSession
 
-    other = browser.new_page(viewport={"width": 1400, "height": 1000})
-    other.set_default_timeout(TIMEOUT_MS)
-    other.goto(app_url)
-    other.locator("#prompt-box textarea").fill("Write a long story about a dragon who learns to bake bread.")
-    other.locator("#prefill-btn").click()
-    expect(other.locator("#status")).to_contain_text("prefill:")
-    other.locator("#run-count input").fill("60")
-    other.locator("#run-btn").click()
-    expect(other.locator("#status")).to_contain_text(re.compile(r"step \d+: "))  # the run is under way
-    other.locator("#prompt-box textarea").fill("Name a colour.")
-    other.locator("#prefill-btn").click()
-    expect(other.locator("#status")).to_contain_text("prefill:", timeout=3_000)  # not after the 60 steps
-    other.wait_for_timeout(2_000)
-    assert "prefill:" in status(other)  # the run sends no more steps
-    other.close()
+    decode_step = InferenceSession.decode_step
+
+    def paced_decode_step(self, *args, **kwargs):
+        # kept: the point, steps no faster than the page draws them; at full speed the page here falls
+        # behind and takes the Prefill click only once all 60 steps are drawn
+        time.sleep(STEP_PACE_S)
+        return decode_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(InferenceSession, "decode_step", paced_decode_step)
+    prefill(page, "Write a long story about a dragon who learns to bake bread.")
+    page.evaluate(STATUS_AT_CLICK, "#prefill-btn")
+    page.locator("#run-count input").fill("60")
+    page.locator("#run-btn").click()
+    expect(page.locator("#status")).to_contain_text(re.compile(r"step \d+: "))  # the run is under way
+    page.locator("#prompt-box textarea").fill("Name a colour.")
+    page.locator("#prefill-btn").click()
+    landed = page.evaluate("window.statusAtClick")
+    assert re.search(r"step \d+: ", landed) and "step 60:" not in landed  # Prefill was pressed mid-run
+    expect(page.locator("#status")).to_contain_text("prefill:", timeout=3_000)  # not after the 60 steps
+    page.wait_for_timeout(2_000)  # kept: the point is that no step arrives later, an absence nothing signals
+    assert "prefill:" in status(page)  # the run sends no more steps
 
 
-def test_a_number_typed_out_of_range_is_set_to_the_nearest_end_without_an_error(browser, app_url):
-    from playwright.sync_api import expect
-
-    other = browser.new_page(viewport={"width": 1400, "height": 1000})
-    other.set_default_timeout(TIMEOUT_MS)
-    other.goto(app_url)
-    other.locator("#prefill-btn").click()
-    expect(other.locator("#status")).to_contain_text("prefill:")
-    other.get_by_role("tab", name="Sampling", exact=True).click()
-    other.get_by_text("Sampling: greedy or sample").click()
-    other.locator("#do-sample input").check()
+def test_a_number_typed_out_of_range_is_set_to_the_nearest_end_without_an_error(page):
+    prefill(page, None)  # the prompt box's default text
+    page.get_by_role("tab", name="Sampling", exact=True).click()
+    page.get_by_text("Sampling: greedy or sample").click()
+    page.locator("#do-sample input").check()
     for selector, typed, shown in [("#top-p input[type=number]", "5", "1"), ("#temperature input[type=number]", "-1", "0.05"),
                                    ("#run-count input", "10000", "256"), ("#temperature input[type=number]", "0.7", "0.7"),
                                    ("#layer-slider input[type=number]", "77", "29"),
                                    ("#temperature input[type=number]", "0.01", "0.05")]:
-        box = other.locator(selector)
+        box = page.locator(selector)
         box.click()
         box.press("Control+a")
         box.press_sequentially(typed, delay=150)  # slowly: each keystroke's value reaches Gradio
         box.press("Enter")
         expect(box).to_have_value(shown)
-    expect(other.locator("#sampling-plot")).to_contain_text("temperature 0.05")  # the value shown is the one used
-    assert other.get_by_test_id("toast-body").count() == 0  # Gradio was never sent a value out of range
-    other.close()
+    expect(page.locator("#sampling-plot")).to_contain_text("temperature 0.05")  # the value shown is the one used
+    assert page.get_by_test_id("toast-body").count() == 0  # Gradio was never sent a value out of range

@@ -20,12 +20,10 @@ def app_url():
 
 
 @pytest.mark.parametrize("button, status", [("#reset-btn", None), ("#prefill-btn", "prefill:")])
-def test_the_download_box_empties_when_its_session_is_freed(browser, app_url, button, status):
+def test_the_download_box_empties_when_its_session_is_freed(new_page, app_url, button, status):
     from playwright.sync_api import expect
 
-    page = browser.new_page(viewport={"width": 1280, "height": 720})
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(app_url)
+    page = new_page(app_url, 1280, 720, TIMEOUT_MS)
     page.locator("#prompt-box textarea").fill("Hello there")
     page.locator("#prefill-btn").click()
     expect(page.locator("#status")).to_contain_text("prefill:")
@@ -36,4 +34,3 @@ def test_the_download_box_empties_when_its_session_is_freed(browser, app_url, bu
     if status:
         expect(page.locator("#status")).to_contain_text(status)
     expect(page.locator(DOWNLOAD_LINK)).to_have_count(0)
-    page.close()

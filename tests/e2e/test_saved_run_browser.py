@@ -23,7 +23,6 @@ from explorer.config import SamplingSettings
 from explorer.runner.session import InferenceSession
 from explorer.ui.hosting import LOCAL
 from explorer.ui.saved import save_run
-from explorer.ui.views import Visit
 
 TIMEOUT_MS = 30_000
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
@@ -51,7 +50,7 @@ def run_file(tmp_path_factory) -> dict:
     session.prefill("Hello there", use_chat_template=False)
     for _ in range(2):
         session.decode_step()
-    path = save_run(Visit.start(session, LOCAL), tmp_path_factory.mktemp("runs") / "run.json")
+    path = save_run(session.run, session.attention, tmp_path_factory.mktemp("runs") / "run.json")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -78,7 +77,9 @@ class Watched:
         self.page.locator("#import-file input[type=file]").set_input_files(str(path))
 
     def assert_nothing_ran_or_fetched(self) -> None:
-        self.page.wait_for_timeout(1_000)  # an image's onerror fires once its request fails
+        # kept: an injected image's onerror fires once its request fails, and a script that never runs
+        # signals nothing to wait for
+        self.page.wait_for_timeout(1_000)
         assert self.page.evaluate("window.__alerts") == [] and self.dialogs == []
         assert self.outside == []
 

@@ -10,7 +10,8 @@
 - Next token clicked three times while the first step runs: two steps run, and the page says why
   the third is refused.
 
-Every visitor has its own page and address (`x-forwarded-for`, as a Space's proxy sends).
+Every visitor has its own page and address (`x-forwarded-for`, as a Space's proxy sends), and every
+test its own app: nothing is shared between tests but the browser.
 """
 
 from __future__ import annotations
@@ -40,16 +41,18 @@ def model():
     return tiny_model("llama", max_position_embeddings=512)
 
 
-def visitor(browser, url: str, address: str):
-    """A page of the app for one visitor at `address`, in a browser context of its own (as another
-    person's browser: Chromium opens at most 6 connections to a host per context, and each open page
-    holds one for Gradio's heartbeat), its prompt filled."""
-    page = browser.new_context(viewport={"width": 1200, "height": 900},
-                               extra_http_headers={"x-forwarded-for": address}).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(url)
-    page.locator("#prompt-box textarea").fill(PROMPT)
-    return page
+@pytest.fixture
+def visitor(new_page):
+    """`visitor(url, address)`: a page of the app for one visitor at `address`, in a browser context of
+    its own (as another person's browser: Chromium opens at most 6 connections to a host per context,
+    and each open page holds one for Gradio's heartbeat), its prompt filled; closed when the test ends."""
+
+    def open_visitor(url: str, address: str):
+        page = new_page(url, 1200, 900, TIMEOUT_MS, extra_http_headers={"x-forwarded-for": address})
+        page.locator("#prompt-box textarea").fill(PROMPT)
+        return page
+
+    return open_visitor
 
 
 class Clock:
@@ -62,13 +65,13 @@ class Clock:
         return self.now_s
 
 
-def test_twenty_heartbeatless_clients_then_a_browser_visitor_is_served(browser, model):
+def test_twenty_heartbeatless_clients_then_a_browser_visitor_is_served(visitor, model):
     from playwright.sync_api import expect
 
     lease_s = 3.0  # the page's timer ticks every 0.5 s; the leases run on a clock the test moves
     with serving(model, dataclasses.replace(HOSTED, session_lease_s=lease_s)) as (url, served):
         clock = served.live.clock = Clock()
-        page = visitor(browser, url, "10.0.1.1")
+        page = visitor(url, "10.0.1.1")
         clients = [PlainClient(url, f"10.0.0.{i}") for i in range(20)]
         assert all("**prefill**" in status_of(c.call("prefill", {"Prompt": PROMPT})) for c in clients)
         page.locator("#prefill-btn").click()
@@ -89,7 +92,7 @@ def test_twenty_heartbeatless_clients_then_a_browser_visitor_is_served(browser, 
             client.close()
 
 
-def test_twenty_tabs_closed_mid_prefill_leak_no_slot_and_twenty_visitors_are_served(browser, model, monkeypatch):
+def test_twenty_tabs_closed_mid_prefill_leak_no_slot_and_twenty_visitors_are_served(visitor, model, monkeypatch):
     from playwright.sync_api import expect
 
     running, slow = threading.Semaphore(0), threading.Event()
@@ -100,7 +103,7 @@ def test_twenty_tabs_closed_mid_prefill_leak_no_slot_and_twenty_visitors_are_ser
     def slow_prefill(self, *args, **kwargs):
         if slow.is_set():
             running.release()
-            time.sleep(SLOW_PREFILL_S)
+            time.sleep(SLOW_PREFILL_S)  # kept: the point, a prefill long enough for its tab to close mid-way
         return prefill(self, *args, **kwargs)
 
     def counted_admit(self, *args, **kwargs):
@@ -116,10 +119,11 @@ def test_twenty_tabs_closed_mid_prefill_leak_no_slot_and_twenty_visitors_are_ser
     delays_s = random.Random(0).uniform
     with serving(model, HOSTED) as (url, served):
         for i in range(20):
-            page = visitor(browser, url, f"10.0.0.{i}")
+            page = visitor(url, f"10.0.0.{i}")
             page.locator("#prefill-btn").click()
             pressed = time.monotonic()
             assert running.acquire(timeout=10)  # this tab's prefill runs (the one before it has ended)
+            # kept: the point, the tab closes a chosen 0.1-1.5 s after Prefill was pressed
             time.sleep(max(0.0, delays_s(0.1, 1.5) - (time.monotonic() - pressed)))
             page.context.close()
             # its prefill ends; a session kept (the page closed after it) is freed by the page's unload
@@ -133,7 +137,7 @@ def test_twenty_tabs_closed_mid_prefill_leak_no_slot_and_twenty_visitors_are_ser
         # nineteen new visitors over plain HTTP (a page load costs seconds here) and one in a page
         clients = [PlainClient(url, f"10.0.1.{i}") for i in range(19)]
         assert all("**prefill**" in status_of(c.call("prefill", {"Prompt": PROMPT})) for c in clients)
-        page = visitor(browser, url, "10.0.1.19")
+        page = visitor(url, "10.0.1.19")
         page.locator("#prefill-btn").click()
         expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
         assert len(served.live) == 20
@@ -142,7 +146,7 @@ def test_twenty_tabs_closed_mid_prefill_leak_no_slot_and_twenty_visitors_are_ser
             client.close()
 
 
-def test_next_clicked_three_times_runs_two_steps_and_says_why_not_the_third(browser, model, monkeypatch):
+def test_next_clicked_three_times_runs_two_steps_and_says_why_not_the_third(visitor, model, monkeypatch):
     from playwright.sync_api import expect
 
     decode_step, go = InferenceSession.decode_step, threading.Event()
@@ -153,7 +157,7 @@ def test_next_clicked_three_times_runs_two_steps_and_says_why_not_the_third(brow
 
     monkeypatch.setattr(InferenceSession, "decode_step", held_decode_step)
     with serving(model, HOSTED) as (url, served):
-        page = visitor(browser, url, "10.0.0.1")
+        page = visitor(url, "10.0.0.1")
         page.locator("#prefill-btn").click()
         expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
         for _ in range(3):
@@ -163,5 +167,5 @@ def test_next_clicked_three_times_runs_two_steps_and_says_why_not_the_third(brow
         go.set()
         expect(page.locator("#status")).to_contain_text("step 2: 1 token(s) in", timeout=TIMEOUT_MS)
         (held,) = served.live._visits.values()
-        assert len(held.visit.traces) == 3  # prefill and two steps: the third click never reached the queue
+        assert len(held.visit.run.steps) == 3  # prefill and two steps: the third click never reached the queue
         page.screenshot(path=str(ARTIFACTS / "next_refused.png"), full_page=True)

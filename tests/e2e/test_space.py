@@ -30,7 +30,7 @@ def _wait_until_served(url: str, process: subprocess.Popen) -> None:
                 if response.status == 200:
                     return
         except OSError:
-            time.sleep(0.5)
+            time.sleep(0.5)  # a poll: the next try at the port (a process outside the browser, no `expect`)
     raise AssertionError(f"space/app.py did not serve {url} within {START_TIMEOUT_S} s")
 
 
@@ -53,12 +53,10 @@ def space_url(embedded_cache_dir):
         process.wait(timeout=30)
 
 
-def test_the_space_serves_the_embedded_model_in_hosted_mode(browser, space_url):
+def test_the_space_serves_the_embedded_model_in_hosted_mode(new_page, space_url):
     from playwright.sync_api import expect
 
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.set_default_timeout(TIMEOUT_MS)
-    page.goto(space_url)
+    page = new_page(space_url, timeout_ms=TIMEOUT_MS)
     page.locator("#prefill-btn").click()
     expect(page.locator("#status")).to_contain_text("prefill", timeout=TIMEOUT_MS)
     page.locator("#decode-btn").click()
@@ -67,4 +65,3 @@ def test_the_space_serves_the_embedded_model_in_hosted_mode(browser, space_url):
     page.locator("#prefill-btn").click()
     expect(page.get_by_test_id("toast-body").last).to_contain_text("This hosted explorer loads only Qwen/Qwen3-0.6B")
     expect(page.locator("#status")).to_contain_text("step 1: 1 token(s) in")  # the session is kept
-    page.close()

@@ -11,10 +11,11 @@ import torch
 from tiny_models import tiny_config, tiny_model
 from transformers import AutoModelForCausalLM
 
-from explorer.config import SamplingSettings
+from explorer.config import SamplingSettings, load_hf_config
 from explorer.errors import ConfigError, ModelLoadError
-from explorer.runner import devices, loading
+from explorer.runner import devices
 from explorer.runner import session as session_module
+from explorer.runner.configs import transformers_config
 from explorer.runner.devices import memory_need, pick_device, pick_dtype, plan_placement
 from explorer.runner.loading import load_model
 from explorer.runner.session import InferenceSession
@@ -92,7 +93,7 @@ def test_float16_is_refused_on_a_cpu_whose_torch_has_no_float16_matmul(monkeypat
 
 
 def qwen3_0_6b_config():
-    return loading._config_from_dict(loading.load_hf_config("qwen3-0.6b"), "qwen3-0.6b")
+    return transformers_config(load_hf_config("qwen3-0.6b"), "qwen3-0.6b")
 
 
 def test_memory_need_of_qwen3_0_6b_in_bfloat16_at_2048_tokens():
@@ -240,7 +241,8 @@ def test_cuda_stop_times_come_from_events_and_a_step_synchronises_once(fake_cuda
         timed = [ms for name, ms in ops.items() if ms is not None and name not in HOST_STOPS]
         assert all(ms % 1000.0 == 0 for ms in timed) and sum(timed) >= 1000.0 * len(trace.kv)
     prompt_tokens = len(traces[0].input_ids)
-    probs = traces[0].attention[0].probs  # kept on the device during the step, copied to the host after it
+    assert session.attention.store.kept(0, 0)
+    probs = session.attention.probs(0, 0)  # kept on the device during the step, copied to the host after it
     assert isinstance(probs, np.ndarray) and probs.shape == (6, prompt_tokens, prompt_tokens)
 
 

@@ -16,8 +16,10 @@ from transformers import (
     LlamaForCausalLM,
 )
 
+from explorer.config import load_hf_config
 from explorer.errors import ConfigError, ModelLoadError, UnknownPresetError
 from explorer.runner import devices, embedded, loading
+from explorer.runner.configs import transformers_config
 from explorer.runner.loading import DEFAULT_MODEL, load, load_model, load_shape_only
 
 # Every dimension distinct, so a swapped axis shows.
@@ -241,7 +243,7 @@ def test_too_large_model_is_refused_before_loading_weights(tmp_path, monkeypatch
 
 
 def test_weight_estimate_counts_tied_embeddings_once():
-    config = loading._config_from_dict(loading.load_hf_config("smollm2-135m"), "smollm2-135m")
+    config = transformers_config(load_hf_config("smollm2-135m"), "smollm2-135m")
     # SmolLM2-135M: 134,515,008 parameters (HF model card says 135M; embeddings 49152 x 576 counted once).
     assert loading.estimate_weight_bytes(config, torch.bfloat16) == 134_515_008 * 2
 

@@ -36,7 +36,8 @@ assert QUERY_BYTES + 9 * ROW_BYTES * (PROMPT_TOKENS + 1) > BUDGET_BYTES  # and 9
 
 def kept(session: InferenceSession) -> set[tuple[int, int]]:
     """(step, layer) of every attention matrix the session holds."""
-    return {(t.step_index, r.layer) for t in session.traces for r in t.attention if r.probs is not None}
+    store = session.attention.store
+    return {(t.step_index, r.layer) for t in session.traces for r in t.attention if store.kept(t.step_index, r.layer)}
 
 
 def rows(*steps: int) -> set[tuple[int, int]]:
@@ -45,7 +46,7 @@ def rows(*steps: int) -> set[tuple[int, int]]:
 
 
 def kept_bytes(session: InferenceSession) -> int:
-    return sum(r.probs.nbytes for t in session.traces for r in t.attention if r.probs is not None)
+    return session.attention.store.kept_bytes
 
 
 def array_bytes(trace: StepTrace) -> int:
@@ -91,7 +92,7 @@ def test_a_2048_token_prefill_keeps_every_layers_shape_but_no_matrix_over_the_bu
     prefill = session.traces[0]
     assert len(prefill.input_ids) == prefill.context_length == PROMPT_TOKENS
     assert [r.shape for r in prefill.attention] == [[HQ, PROMPT_TOKENS, PROMPT_TOKENS]] * LAYERS
-    assert all(r.probs is None for r in prefill.attention)
+    assert not any(session.attention.store.kept(0, r.layer) for r in prefill.attention)
     assert snapshots[0][:2] == (set(), 0)
     assert [kv.key_shape for kv in prefill.kv] == [[1, HKV, PROMPT_TOKENS, DH]] * LAYERS
 
@@ -128,13 +129,14 @@ def test_a_decode_steps_size_grows_with_the_context_only(run):
 @pytest.mark.parametrize("step, layer", [(0, 0), (0, 2), (1, 0), (1, 2), (2, 0), (4, 1)])
 def test_attention_kept_or_recomputed_equals_eager_attention(run, eager_attentions, step, layer):
     session, _ = run
-    before = kept(session)
-    probs = session.attention_probs(step, layer)
+    probs = session.attention.probs(step, layer)
     trace = session.traces[step]
     n, q_len = trace.context_length, len(trace.input_ids)
     assert probs.shape == (HQ, q_len, n) and probs.dtype == np.float32
     np.testing.assert_allclose(probs, eager_attentions[layer][:, n - q_len:n, :n], atol=1e-5)
-    assert kept(session) == before  # a recomputed matrix is handed out, not stored
+    # a recomputed matrix is kept, as the most recently used, only where it fits in the budget
+    assert ((step, layer) in kept(session)) == (probs.nbytes <= BUDGET_BYTES - QUERY_BYTES)
+    assert kept_bytes(session) <= BUDGET_BYTES - QUERY_BYTES
 
 
 def test_recomputing_attention_runs_no_model_it_takes_the_kept_queries_and_the_cached_keys(run, loaded):
@@ -142,9 +144,8 @@ def test_recomputing_attention_runs_no_model_it_takes_the_kept_queries_and_the_c
     fed = []
     handle = loaded.model.model.embed_tokens.register_forward_pre_hook(lambda m, args: fed.append(list(args[0].shape)))
     try:
-        assert session.traces[2].attention[0].probs is None and session.traces[0].attention[1].probs is None
-        session.attention_probs(2, 0)
-        session.attention_probs(0, 1)
+        session._recompute_attention(2, 0)  # what `attention.probs` runs for a matrix it does not keep
+        session._recompute_attention(0, 1)
     finally:
         handle.remove()
     assert fed == []
@@ -152,7 +153,7 @@ def test_recomputing_attention_runs_no_model_it_takes_the_kept_queries_and_the_c
 
 def test_the_session_keeps_each_steps_post_rope_queries_and_no_more(run):
     session, _ = run
-    held = session._attention.inputs
+    held = session.attention.store.inputs
     assert len(held) == STEPS + 1
     assert [list(held[0][layer].query.shape) for layer in range(LAYERS)] == [[HQ, PROMPT_TOKENS, DH]] * LAYERS
     assert all(list(held[step][layer].query.shape) == [HQ, 1, DH] for step in range(1, STEPS + 1)
@@ -166,12 +167,12 @@ def test_a_closed_session_recomputes_by_running_the_context_again(loaded):
     session = InferenceSession(loaded, SamplingSettings(max_new_tokens=3), attention_budget_bytes=0)
     session.prefill("abcdefghij", use_chat_template=False)
     session.decode_step()
-    kept_ids, recomputed = list(session.ids), session.attention_probs(1, 2)
+    kept_ids, recomputed = list(session.ids), session.attention.probs(1, 2)
     session._cache = None  # as a sliding-window layer that dropped early keys: the cache cannot serve
     fed = []
     handle = loaded.model.model.embed_tokens.register_forward_pre_hook(lambda m, args: fed.append(list(args[0].shape)))
     try:
-        rerun = session.attention_probs(1, 2)
+        rerun = session.attention.probs(1, 2)
     finally:
         handle.remove()
     assert fed == [[1, len(kept_ids) - 1]]  # the step's whole context, once

@@ -26,10 +26,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig
 
-from explorer.analysis import probe
-from explorer.analysis.hardware import THIS_MACHINE, get_hardware
+from explorer.analysis.hardware import THIS_MACHINE
 from explorer.errors import ModelLoadError
-from explorer.runner import embedded
+from explorer.runner import embedded, probe
 from explorer.runner.loading import load_model
 from explorer.ui import launch
 
@@ -275,7 +274,7 @@ def test_the_machine_probe_on_a_read_only_cache_is_kept_in_memory(tmp_path, monk
     measured = []
     measure = probe.measure
     monkeypatch.setattr(probe, "measure", lambda: measured.append(1) or measure())
-    first, second = get_hardware(THIS_MACHINE), get_hardware(THIS_MACHINE)
+    first, second = probe.resolve_hardware(THIS_MACHINE), probe.resolve_hardware(THIS_MACHINE)
     assert measured == [1] and first == second and first.peak_flops_per_s("fp32")[0] > 1e8
     assert not list((tmp_path / "cache").iterdir())
 
@@ -303,8 +302,8 @@ def test_the_app_starts_on_a_read_only_cache_without_the_probe(embedded_model, e
     monkeypatch.setattr(gr.Blocks, "launch", lambda demo, **kwargs: launched.append(kwargs))
     launch.main(["--device", "cpu", "--port", "7999"])
     assert launched and launched[0]["server_port"] == 7999
-    hardware = get_hardware(THIS_MACHINE)
-    assert hardware.peak_flops_per_s("fp32")[0] > 1e8 and get_hardware(THIS_MACHINE) == hardware
+    hardware = probe.resolve_hardware(THIS_MACHINE)
+    assert hardware.peak_flops_per_s("fp32")[0] > 1e8 and probe.resolve_hardware(THIS_MACHINE) == hardware
     assert sorted(p.name for p in cache.iterdir()) == [folder_name]  # nothing written
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from explorer.analysis.shapes import predict_shapes
-from explorer.analysis.spec import ModelSpec
-from explorer.config import PRESET_SOURCES, load_hf_config
+from explorer.config import PRESET_SOURCES
+from explorer.runner.configs import resolved_spec
 from explorer.runner.loading import load_shape_only
 from explorer.runner.session import InferenceSession
 
@@ -15,7 +15,7 @@ PROMPT_TOKENS = 12
 
 @pytest.mark.parametrize("preset", sorted(PRESET_SOURCES))
 def test_every_stop_of_prefill_and_decode_matches_the_prediction(preset):
-    spec = ModelSpec.from_hf_config(load_hf_config(preset))
+    spec = resolved_spec(preset)
     session = InferenceSession(load_shape_only(preset))
     traces = [session.prefill(prompt_tokens=PROMPT_TOKENS), session.decode_step()]
     for trace in traces:

@@ -33,10 +33,10 @@ def test_shape_only_steps_carry_no_values(qwen3_steps):
     session, (prefill, step) = qwen3_steps
     assert prefill.shape_only and prefill.device == "meta"
     assert prefill.logits is None and prefill.sampling is None
-    assert all(record.probs is None for record in step.attention)
+    assert not any(session.attention.has(step.step_index, record.layer) for record in step.attention)
     assert prefill.kv[0].key_bytes == 17 * 8 * 128 * 2  # the config's bfloat16: what it would allocate
     with pytest.raises(SessionStateError, match="Shape-only"):
-        session.attention_probs(0, 0)
+        session.attention.probs(0, 0)
 
 
 def test_llama_3_8b_decode_step_at_batch_one(qwen3_steps):

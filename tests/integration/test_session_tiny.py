@@ -15,9 +15,11 @@ from explorer.analysis.shapes import predict_shapes
 from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
+from explorer.families import traced_family
 from explorer.runner.session import InferenceSession
-from explorer.stops import features_for, stop_table
+from explorer.stops import stop_table
 from explorer.trace import StepTrace
+from explorer.ui.saved import run_from_dict, run_to_dict
 
 FAMILIES = ["llama", "qwen3", "qwen2", "mistral", "phi3", "gemma3_text"]
 D, HQ, HKV, DH, DFF, V = (DIMS[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -72,7 +74,7 @@ def test_every_stop_has_the_shape_the_config_predicts(steps, loaded):
     T0 = len(traces[0].input_ids)
     for k, trace in enumerate(traces):
         T, n = (T0, T0) if k == 0 else (1, T0 + k)
-        table = stop_table(features_for(family), 3, trace.stage)
+        table = stop_table(traced_family(family), 3, trace.stage)
         assert [op.name for op in trace.ops] == [name for name, _, _ in table]
         for rel, (inputs, outputs) in expected_layer0(T, n, family).items():
             if family == "gemma3_text" and "attn." in rel and rel.split(".")[1] in (
@@ -123,11 +125,11 @@ def test_cache_grows_by_exactly_one_position_per_decode_step(steps, loaded):
 
 
 def test_attention_rows_sum_to_one_and_are_causal(steps):
-    _, traces = steps
+    session, traces = steps
     for trace in traces:
         for record in trace.attention:
-            np.testing.assert_allclose(record.probs.sum(-1), 1.0, atol=1e-5)
-    prefill_probs = traces[0].attention[1].probs
+            np.testing.assert_allclose(session.attention.probs(trace.step_index, record.layer).sum(-1), 1.0, atol=1e-5)
+    prefill_probs = session.attention.probs(0, 1)
     T = prefill_probs.shape[-1]
     upper = np.triu(np.ones((T, T), dtype=bool), k=1)
     assert np.all(prefill_probs[:, upper] == 0.0)
@@ -143,10 +145,10 @@ def test_attention_equals_eager_attention(steps, loaded):
         out = eager(torch.tensor([session.ids[:n]]), output_attentions=True)
     T0 = len(traces[0].input_ids)
     for layer, probs in enumerate(out.attentions):
-        ours_prefill = traces[0].attention[layer].probs
+        ours_prefill = session.attention.probs(0, layer)
         kv_len = ours_prefill.shape[-1]
         np.testing.assert_allclose(ours_prefill, probs[0, :, :T0, T0 - kv_len:T0].numpy(), atol=1e-5)
-        ours_last = traces[-1].attention[layer].probs
+        ours_last = session.attention.probs(len(traces) - 1, layer)
         kv_len = ours_last.shape[-1]
         np.testing.assert_allclose(ours_last, probs[0, :, n - 1:n, n - kv_len:n].numpy(), atol=1e-5)
 
@@ -163,10 +165,11 @@ def test_recomputed_attention_equals_the_kept_one_bit_for_bit(steps, loaded):
     session, traces = steps
     lean = InferenceSession(loaded, SamplingSettings(max_new_tokens=10), attention_budget_bytes=0)
     lean_traces = [lean.prefill(PROMPT), lean.decode_step()]
-    assert all(record.probs is None for record in lean_traces[0].attention)
+    assert not any(lean.attention.store.kept(0, record.layer) for record in lean_traces[0].attention)
     for step in (0, 1):
         for layer in (0, 2):
-            recomputed, kept = lean.attention_probs(step, layer), traces[step].attention[layer].probs
+            assert session.attention.store.kept(step, layer)
+            recomputed, kept = lean.attention.probs(step, layer), session.attention.probs(step, layer)
             if lean._cache.layers[layer].keys.shape[-2] == lean.traces[-1].context_length:  # from the queries
                 np.testing.assert_array_equal(recomputed, kept)
             else:  # a sliding-window layer without its early keys reruns the context: other GEMM shapes
@@ -178,14 +181,14 @@ def test_kept_attention_stays_within_the_session_budget_oldest_first(loaded):
     query_bytes = DIMS["num_hidden_layers"] * HQ * DH * 4 * 33  # the queries of the prefill and 3 steps, always kept
     session = InferenceSession(loaded, attention_budget_bytes=query_bytes + 2 * layer_bytes)
     prefill = session.prefill("x" * 30, use_chat_template=False)
-    assert [r.probs is not None for r in prefill.attention] == [True, True, False]
+    store = session.attention.store
+    assert [store.kept(0, r.layer) for r in prefill.attention] == [True, True, False]
     for _ in range(3):
         session.decode_step()
-    kept = [r.probs.nbytes for t in session.traces for r in t.attention if r.probs is not None]
-    assert session.query_bytes == query_bytes and sum(kept) <= 2 * layer_bytes
-    assert prefill.attention[0].probs is None  # the oldest matrix went first
-    assert all(r.probs is not None for r in session.traces[-1].attention)
-    np.testing.assert_allclose(session.attention_probs(0, 0).sum(-1), 1.0, atol=1e-5)
+    assert session.query_bytes == query_bytes and store.kept_bytes <= 2 * layer_bytes
+    assert not store.kept(0, 0)  # the oldest matrix went first
+    assert all(store.kept(3, r.layer) for r in session.traces[-1].attention)
+    np.testing.assert_allclose(session.attention.probs(0, 0).sum(-1), 1.0, atol=1e-5)
 
 
 def _hook_count(model) -> int:
@@ -271,7 +274,7 @@ def test_a_sampled_trace_is_strict_json_and_filtered_tokens_come_back_as_minus_i
 
 
 def test_trace_round_trips_through_json(steps):
-    _, traces = steps
+    session, traces = steps
     trace = traces[1]
     plain = trace.to_dict()
     restored = StepTrace.from_dict(json.loads(json.dumps(plain)))
@@ -280,7 +283,9 @@ def test_trace_round_trips_through_json(steps):
     assert [op.name for op in restored.ops] == [op.name for op in trace.ops]
     assert restored.op("layers.1.attn.scores") == trace.op("layers.1.attn.scores")
     np.testing.assert_array_equal(restored.logits, trace.logits)
-    np.testing.assert_array_equal(restored.attention[2].probs, trace.attention[2].probs)
+    assert restored.attention == trace.attention
+    _, saved = run_from_dict(json.loads(json.dumps(run_to_dict(session.run, session.attention))))
+    np.testing.assert_array_equal(saved.probs(1, 2), session.attention.probs(1, 2))
     assert restored.sampling.token_id == trace.sampling.token_id
 
 
@@ -296,7 +301,7 @@ def test_bad_input_raises_specific_errors(loaded):
         session.prefill(prompt_tokens=5)
     with pytest.raises(PromptError, match="the limit is 10"):
         InferenceSession(loaded, max_prompt_tokens=10).prefill("x" * 11, use_chat_template=False)
-    assert session.traces == []
+    assert session.traces == ()
 
 
 def test_decode_after_eos_is_refused(loaded):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from explorer.cli import main
@@ -35,7 +36,13 @@ def test_embedded_trace_writes_every_step_as_json(embedded_model, capsys, tmp_pa
     assert main(["trace", "What is the capital of France?", "--steps", "3", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     assert "Q4_1 GGUF build de-quantised to float32" in out
-    traces = [StepTrace.from_dict(step) for step in json.loads(path.read_text())]
+    steps = json.loads(path.read_text())
+    traces = [StepTrace.from_dict(step) for step in steps]
+    for step in steps:  # every attention matrix, at its shape, rows summing to 1
+        for record in step["attention"]:
+            probs = np.asarray(record["probs"], np.float32)
+            assert list(probs.shape) == record["shape"]
+            np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
     assert [t.stage for t in traces] == ["prefill", "decode", "decode", "decode"]
     assert [t.kv[0].key_shape[2] for t in traces] == [traces[0].context_length + k for k in range(4)]
     for trace in traces:

@@ -173,10 +173,10 @@ def test_a_hosted_export_leaves_attention_out_over_its_cap_and_says_so(model, fo
     assert all(record["probs"] is None for trace in data["traces"] for record in trace["attention"])
     assert "attention left out (this explorer writes at most" in said[0]
     assert "attention left out" in handlers.on_export_label(visit)["value"]
-    replayed = load_run(path)  # still a saved run the app shows
-    assert len(replayed.traces) == len(visit.traces)
+    replayed, attention = load_run(path)  # still a saved run the app shows
+    assert len(replayed.steps) == len(visit.run.steps)
     with pytest.raises(SessionStateError, match=re.escape(f"({data['attention_left_out']})")):
-        replayed.attention_probs(0, 0)  # the attention view says why, not "given up to stay within its budget"
+        attention.probs(0, 0)  # the attention view says why, not "given up to stay within its budget"
     with pytest.raises(gr.Error, match="would export to about .* even without attention"):
         visit.limits = replace(HOSTED, max_export_bytes=bare_bytes // 2)
         handlers.on_export_click(visit)

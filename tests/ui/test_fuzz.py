@@ -141,9 +141,9 @@ PROMPT_MESSAGES = ("The prompt is empty", "The prompt is ", "The prompt holds", 
 def check_step(outputs, shown: str) -> None:
     """The step outputs of a handler: a visit whose latest step is drawn in the view on screen."""
     visit, status, strip, text, steps, layer, *figures = outputs
-    latest = len(visit.traces) - 1
-    assert steps["value"] == latest and f"context n = {visit.traces[-1].context_length}" in status
-    assert visit.traces[-1].context_length < 160 and text == visit.session.text
+    latest = len(visit.run.steps) - 1
+    assert steps["value"] == latest and f"context n = {visit.run.steps[-1].context_length}" in status
+    assert visit.run.steps[-1].context_length < 160 and text == visit.run.text
     for view, figure in zip(VIEWS, figures, strict=True):
         assert figure == gr.skip() if view != shown else figure.layout.meta == {"view": view, "step": latest}
 
@@ -160,7 +160,7 @@ def test_prefill_of_any_text_and_settings_is_a_step_or_an_error_message(served, 
         return
     event("a step")
     check_step(outputs, shown)
-    assert len(outputs[0].traces) == 1 and outputs[0].traces[0].input_ids
+    assert len(outputs[0].run.steps) == 1 and outputs[0].run.steps[0].input_ids
 
 
 @settings(max_examples=150, **FUZZ)
@@ -169,15 +169,15 @@ def test_decode_with_any_settings_is_a_step_or_an_error_message_that_changes_not
                                                                                      clicks):
     visit = prefill(served, "Hi there", False, "", (False, 1.0, 0, 1.0, 0.0, 0, 3), "none")[0]
     for _ in range(clicks):
-        before = (len(visit.traces), list(visit.session.ids), visit.session.settings)
+        before = (len(visit.run.steps), list(visit.run.ids), visit.session.settings)
         try:
             outputs = handlers.on_decode_click(visit, *sampling, 1, False, "h100-sxm", shown)
         except gr.Error as exc:
             ended = exc.message.startswith("Generation has ended")
             assert ended or exc.message.startswith(SETTINGS_MESSAGES)
-            assert (len(visit.traces), list(visit.session.ids), visit.session.settings) == before
+            assert (len(visit.run.steps), list(visit.run.ids), visit.session.settings) == before
             event(f"refused: {exc.message[:18]}")
             continue
         event("a step")
         check_step(outputs, shown)
-        assert len(visit.traces) == before[0] + 1 and len(visit.session.ids) == len(before[1]) + 1
+        assert len(visit.run.steps) == before[0] + 1 and len(visit.run.ids) == len(before[1]) + 1

@@ -37,7 +37,7 @@ def drawn(visit, view, step=None, layer=1, average_heads=False):
 
 def test_prefill_draws_the_view_on_screen_and_each_tab_draws_its_own(served):
     visit, status, strip, text, steps, layer, *figures = prefill(served)
-    T = len(visit.traces[0].input_ids)
+    T = len(visit.run.steps[0].input_ids)
     assert f"**prefill**: {T} token(s) in, context n = {T}" in status
     assert strip.count('class="tok prompt') == T and strip.count('class="tok next"') == 1
     assert steps["choices"] == [("prefill", 0)] and steps["value"] == 0
@@ -49,7 +49,7 @@ def test_prefill_draws_the_view_on_screen_and_each_tab_draws_its_own(served):
 
 def test_decode_steps_grow_the_attention_and_the_cache(served):
     visit, *_ = prefill(served)
-    T = len(visit.traces[0].input_ids)
+    T = len(visit.run.steps[0].input_ids)
     for _ in range(3):
         visit, status, strip, text, steps, layer, *figures = handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert f"**step 3**: 1 token(s) in, context n = {T + 3}" in status
@@ -58,7 +58,7 @@ def test_decode_steps_grow_the_attention_and_the_cache(served):
     assert len(heatmaps) == 6  # one panel per query head of the tiny model
     assert all(heatmap.z.shape == (T + 3, T + 3) for heatmap in heatmaps)
     assert meta(figures[1])["step"] == 3 and all(meta(drawn(visit, view))["step"] == 3 for view in VIEWS)
-    assert text == visit.session.text
+    assert text == visit.run.text
 
 
 def test_run_n_tokens_redraws_after_each_and_stops_at_max_new_tokens(served):
@@ -73,22 +73,22 @@ def test_going_back_to_a_step_redraws_it_without_running_the_model(served):
     visit, *_ = prefill(served)
     for _ in range(3):
         handlers.on_decode_click(visit, *GREEDY, *VIEW)
-    ids = list(visit.session.ids)
+    ids = list(visit.run.ids)
     figures = handlers.on_view_change(visit, 1, 0, True, "h100-sxm", "attention")
     assert meta(figures[1])["step"] == 1 and figures[0] == gr.skip()
     assert [meta(drawn(visit, view, step=1))["step"] for view in VIEWS] == [1] * 5
     averaged = [trace for trace in figures[1].data if trace.type == "heatmap"]
-    assert len(averaged) == 1 and averaged[0].z.shape[0] == len(visit.traces[0].input_ids) + 1
-    assert visit.session.ids == ids and len(visit.traces) == 4
+    assert len(averaged) == 1 and averaged[0].z.shape[0] == len(visit.run.steps[0].input_ids) + 1
+    assert visit.run.ids == ids and len(visit.run.steps) == 4
 
 
 def test_moving_a_sampling_slider_resamples_the_stored_logits(served):
     visit, *_ = prefill(served, sampling=SAMPLED)
     before = drawn(visit, "sampling")
-    ids = list(visit.session.ids)
+    ids = list(visit.run.ids)
     after = handlers.on_sampling_change(visit, 0, True, 2.0, 5, 0.9, 0.0, 3, 8)
     assert before.to_json() != after.to_json() and meta(after) == {"view": "sampling", "step": 0}
-    assert visit.session.ids == ids and len(visit.traces) == 1  # the model did not run
+    assert visit.run.ids == ids and len(visit.run.steps) == 1  # the model did not run
 
 
 def test_decode_before_prefill_is_an_error_message():
@@ -103,7 +103,7 @@ def test_run_n_tokens_out_of_range_is_an_error_message(served, count):
     visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="between 1 and 256"):
         list(handlers.on_run_click(visit, count, *GREEDY, *VIEW))
-    assert len(visit.traces) == 1
+    assert len(visit.run.steps) == 1
 
 
 def test_empty_prompt_is_an_error_message(served):
@@ -115,9 +115,9 @@ def test_absurd_sampling_is_an_error_and_the_session_survives(served):
     visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="temperature must be"):
         handlers.on_decode_click(visit, True, 0.0, 0, 1.0, 0.0, 0, 8, *VIEW)
-    assert len(visit.traces) == 1
+    assert len(visit.run.steps) == 1
     visit, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)
-    assert len(visit.traces) == 2
+    assert len(visit.run.steps) == 2
 
 
 @pytest.mark.parametrize("seed, max_new, message", [
@@ -161,20 +161,20 @@ def test_sessions_are_capped_and_a_closed_page_frees_its_session(model):
     with pytest.raises(gr.Error, match="serving 2 sessions"):
         prefill(served, page="c")
     again, *_ = prefill(served, page="a")  # a page's new prefill replaces its old session
-    assert first.traces == [] and len(again.traces) == 1 and len(served.live) == 2
+    assert first.run.steps == () and len(again.run.steps) == 1 and len(served.live) == 2
     handlers.ServedHandlers(served).on_page_close(type("Request", (), {"session_hash": "b"})())
     assert len(served.live) == 1
     third, *_ = prefill(served, page="c")
     assert len(served.live) == 2
     handlers.ServedHandlers(served).expiry_callback()(third)  # page c idle past the time to live
-    assert len(served.live) == 1 and third.traces == []
+    assert len(served.live) == 1 and third.run.steps == ()
 
 
 def test_a_shape_only_model_takes_a_token_count_and_has_no_values(served):
     choice = SHAPE_ONLY_PREFIX + "qwen3-0.6b"
     visit, status, *_ = prefill(served, prompt="", choice=choice)
     attention, sampling, roofline = (drawn(visit, view) for view in ("attention", "sampling", "roofline"))
-    assert visit.traces[0].op("layers.0.attn.q_proj").output_shapes == [[1, 17, 2048]]
+    assert visit.run.steps[0].op("layers.0.attn.q_proj").output_shapes == [[1, 17, 2048]]
     assert "shape-only mode has shapes but no values" in status
     assert "Shape-only mode" in attention.layout.annotations[0].text
     assert "Shape-only mode" in sampling.layout.annotations[0].text
@@ -191,7 +191,7 @@ def test_an_unknown_model_is_an_error_message(served):
 def test_reset_forgets_the_session(served):
     visit, *_ = prefill(served)
     state, status, strip, text, steps, layer, *figures = handlers.ServedHandlers(served).on_reset_click()
-    assert visit.traces == [] and len(served.live) == 0  # its memory is freed
+    assert visit.run.steps == () and len(served.live) == 0  # its memory is freed
     assert state is None and status == strip == text == "" and steps["choices"] == []
     assert [meta(f) for f in figures] == [{"view": v, "step": None} for v in VIEWS]
 
@@ -200,7 +200,7 @@ def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
     served = Served.create(ModelRegistry(model), LOCAL)
     visit, *_ = prefill(served, prompt="x" * 90)
     handlers.on_decode_click(visit, *GREEDY, *VIEW)
-    n = len(visit.session.ids) - 1  # the tokens fed so far
+    n = len(visit.run.ids) - 1  # the tokens fed so far
     full = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, "")[1]
     zoomed = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, " 10 ")[1]
     last = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, "10000")[1]
@@ -209,7 +209,7 @@ def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
         assert same.to_json() == full.to_json()
     heatmap = next(t for t in zoomed.data if t.type == "heatmap")
     assert heatmap.z.shape == (48, 48) and next(t for t in full.data if t.type == "heatmap").z.shape[0] < n
-    expected = visit.session.attention_probs(0, 1)[0, 10:58, 10:58]  # head 0, prefill rows and keys 10..57
+    expected = visit.attention.probs(0, 1)[0, 10:58, 10:58]  # head 0, prefill rows and keys 10..57
     np.testing.assert_allclose(heatmap.z, np.where(np.tril(np.ones((48, 48))) > 0, expected, np.nan), atol=1e-6)
     assert zoomed.layout.shapes == () and len(last.layout.shapes) == 6  # the newest row is outlined at the end
     assert zoomed.layout.title.text.endswith(" · tokens 10-57 at full resolution")
@@ -223,7 +223,7 @@ def test_a_prefill_moves_the_progress_bar_once_per_layer_and_a_decode_step_does_
     visit, *_ = handlers.ServedHandlers(served).on_prefill_click(
         None, lambda fraction, desc: calls.append((fraction, desc)), served.registry.default_choice, "",
         "Hi there!", 17, False, "", *GREEDY, *VIEW)
-    n_layers = len(visit.traces[0].attention)
+    n_layers = len(visit.run.steps[0].attention)
     assert n_layers == 3 and calls == [(1 / 3, "Prefill: layer 1 of 3"), (2 / 3, "Prefill: layer 2 of 3"),
                                        (1.0, "Prefill: layer 3 of 3")]
     handlers.on_decode_click(visit, *GREEDY, *VIEW)
@@ -235,8 +235,8 @@ def test_going_back_a_step_names_it_on_the_status_line_and_outlines_its_tokens(s
     for _ in range(3):
         handlers.on_decode_click(visit, *GREEDY, *VIEW)
     status, strip, *figures = handlers.on_step_change(visit, 1, 0, False, "h100-sxm", "journey")
-    first = visit.traces[1]
-    assert status.endswith(f". An earlier step: the latest is {step_label(visit.traces[3])}.")
+    first = visit.run.steps[1]
+    assert status.endswith(f". An earlier step: the latest is {step_label(visit.run.steps[3])}.")
     assert f"**{step_label(first)}**: 1 token(s) in, context n = {first.context_length}," in status
     assert strip.count(" shown") == 1 and f'tok generated shown" title="id {first.input_ids[0]} ' in strip
     assert meta(figures[0]) == {"view": "journey", "step": 1} and figures[1:] == [gr.skip()] * 4
@@ -246,8 +246,8 @@ def test_going_back_a_step_names_it_on_the_status_line_and_outlines_its_tokens(s
 
 def test_after_a_prefill_the_model_menu_says_which_model_the_session_runs(served):
     visit, *_ = prefill(served)
-    assert handlers.model_info(visit) == gr.update(info=f"In use: {visit.description}")
-    assert visit.description.startswith("tiny") and handlers.model_info(None) == gr.skip()
+    assert handlers.model_info(visit) == gr.update(info=f"In use: {visit.run.description}")
+    assert visit.run.description.startswith("tiny") and handlers.model_info(None) == gr.skip()
 
 
 def test_a_shape_only_model_without_a_tokenizer_asks_for_a_prompt_length_and_hides_the_chat_controls(served):

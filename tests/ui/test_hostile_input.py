@@ -66,7 +66,7 @@ def test_a_prompt_the_model_cannot_run_is_an_error_message(served, prompt, templ
     assert re.search(message, caught.value.message)  # str(gr.Error) is a repr: backslashes doubled
     assert snapshot(visit) == before
     handlers.on_decode_click(visit, *sampling(), *view())  # the page's earlier session still steps
-    assert len(visit.traces) == 2
+    assert len(visit.run.steps) == 2
 
 
 def test_a_lone_surrogate_in_the_system_prompt_is_an_error_message(served):
@@ -83,13 +83,13 @@ def test_a_lone_surrogate_in_the_system_prompt_is_an_error_message(served):
 def test_odd_but_valid_text_runs_and_shows_escaped(served, prompt):
     visit, status, strip, text, steps, layer, *figures = prefill(served, prompt, shown="attention")
     T = len(prompt)  # one token per character; an unknown character is <unk>
-    assert visit.traces[0].input_ids[:T] != [] and len(visit.traces[0].input_ids) == T
+    assert visit.run.steps[0].input_ids[:T] != [] and len(visit.run.steps[0].input_ids) == T
     assert f"**prefill**: {T} token(s) in, context n = {T}" in status
     assert "<img" not in strip and strip.count('class="tok prompt') == T
     assert figures[1].layout.meta == {"view": "attention", "step": 0}
     if T < CONTEXT - 1:
         visit, *_ = handlers.on_decode_click(visit, *sampling(), *view("attention"))
-        assert len(visit.traces) == 2
+        assert len(visit.run.steps) == 2
     else:
         assert visit.session.finished and "Generation ended (context full)" in status
 
@@ -123,7 +123,7 @@ def test_out_of_range_sampling_is_an_error_message_and_the_session_survives(serv
         list(handlers.on_run_click(visit, 3, *sampling(**change), *view()))
     assert snapshot(visit) == before
     handlers.on_decode_click(visit, *sampling(), *view())
-    assert len(visit.traces) == 2
+    assert len(visit.run.steps) == 2
 
 
 @pytest.mark.parametrize("change, message", [
@@ -154,7 +154,7 @@ def test_a_whole_number_field_given_nan_inf_text_or_a_fraction_is_an_error_messa
 ])
 def test_extreme_but_valid_sampling_gives_a_drawn_step(served, change, stages, kept):
     visit, status, strip, text, steps, layer, *figures = prefill(served, controls=sampling(**change))
-    record = visit.traces[0].sampling
+    record = visit.run.steps[0].sampling
     assert [stage.name for stage in record.stages] == stages
     assert int(record.final.kept.sum()) == kept
     assert figures[3].layout.meta == {"view": "sampling", "step": 0}
@@ -244,7 +244,7 @@ def test_next_clicked_fast_from_many_threads_runs_one_step_after_another(served)
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    session, T = visit.session, len(visit.traces[0].input_ids)
+    session, T = visit.session, len(visit.run.steps[0].input_ids)
     assert all("Generation has ended" in message for message in errors)
     assert [trace.step_index for trace in session.traces] == list(range(len(session.traces)))
     assert [trace.input_ids for trace in session.traces[1:]] == [[i] for i in session.ids[T:-1]]
@@ -306,9 +306,9 @@ def test_odd_text_through_the_real_byte_level_tokenizer_runs_and_shows_escaped(e
     for _ in range(3):
         visit, status, strip, text, *_ = handlers.on_decode_click(visit, *sampling(max_new_tokens=4),
                                                                   *view("attention"))
-    pieces = "".join(piece for trace in visit.traces for piece in trace.input_pieces)
+    pieces = "".join(piece for trace in visit.run.steps for piece in trace.input_pieces)
     assert "<script>" in pieces and "<script" not in strip and "</script" not in strip and "&lt;/" in strip
-    assert "Generation ended (max new tokens)" in status and text == visit.session.text
+    assert "Generation ended (max new tokens)" in status and text == visit.run.text
     assert not text.endswith("\ufffd") and text.encode("utf-8")
     with pytest.raises(gr.Error, match="not valid Unicode"):
         prefill(served, "caf\udce9", template=True)

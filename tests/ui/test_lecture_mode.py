@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 from tiny_models import tiny_model
 
+from explorer.config import SamplingSettings
+from explorer.figures.views import VIEWS, ViewOptions
+from explorer.runner.session import InferenceSession
 from explorer.ui import handlers
 from explorer.ui.hosting import LOCAL, Served
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.models import ModelRegistry
-from explorer.ui.saved import FORMAT
-from explorer.ui.views import VIEWS
+from explorer.ui.saved import FORMAT, load_run, save_run
+from explorer.ui.views import Visit, render
 
 SAMPLED = (True, 0.9, 20, 0.95, 0.0, 5, 16)
 VIEW = (0, False, "h100-sxm", "attention")
@@ -44,10 +47,10 @@ def test_an_exported_run_shows_every_view_again_with_no_model(served):
     live = run(served)
     path = handlers.on_export_click(live)
     data = json.loads(open(path, encoding="utf-8").read())
-    assert data["format"] == FORMAT and len(data["traces"]) == 3 and data["ids"] == live.session.ids
+    assert data["format"] == FORMAT and len(data["traces"]) == 3 and data["ids"] == live.run.ids
     outputs = handlers.ServedHandlers(served).on_import_upload(FakeRequest("other"), path, *VIEW)
     saved = outputs[0]
-    assert saved.session.text == live.session.text and saved.description == live.description
+    assert saved.run.text == live.run.text and saved.run.description == live.run.description
     assert outputs[1].startswith("a saved run, shown without the model: ")
     for step in range(3):
         for view in VIEWS:
@@ -56,7 +59,25 @@ def test_an_exported_run_shows_every_view_again_with_no_model(served):
             assert saved_figure.layout.meta == live_figure.layout.meta == {"view": view, "step": step}
             if view in ("attention", "sampling"):
                 assert saved_figure.to_json() == live_figure.to_json()  # the same values drawn
-    np.testing.assert_array_equal(saved.trace(2).attention[0].probs, live.trace(2).attention[0].probs)
+    np.testing.assert_array_equal(saved.attention.probs(2, 0), live.attention.probs(2, 0))
+
+
+def test_a_reloaded_run_draws_what_the_live_run_drew_after_its_budget_dropped_matrices(served, tmp_path):
+    session = InferenceSession(served.registry.get(served.registry.default_choice, ""),
+                               SamplingSettings(do_sample=True, seed=3, max_new_tokens=8), attention_budget_bytes=24_000)
+    session.prefill("Hello there, how are you?", use_chat_template=False)
+    for _ in range(3):
+        session.decode_step()
+    live = Visit.start(session, LOCAL)
+    n_layers = len(live.run.steps[0].attention)
+    kept = [session.attention.store.kept(step, layer) for step in range(4) for layer in range(n_layers)]
+    assert any(kept) and not all(kept)  # the budget dropped the prefill's matrices, kept the newest rows
+    saved = Visit.replay(*load_run(save_run(live.run, live.attention, tmp_path / "run.json")), LOCAL)
+    for step in range(4):
+        for layer in range(n_layers):
+            for view in VIEWS:
+                options = ViewOptions(step, layer, False, "h100-sxm")
+                assert render(saved, options, view).to_json() == render(live, options, view).to_json(), (step, layer, view)
 
 
 def test_a_saved_run_cannot_take_a_step(served):
@@ -77,8 +98,8 @@ def test_a_file_that_is_not_a_saved_run_is_an_error_message(served, tmp_path):
 def test_same_seed_same_tokens_other_seed_other_tokens(served):
     first, again = run(served, steps=6, page="a"), run(served, steps=6, page="b")
     other = run(served, steps=6, sampling=(*SAMPLED[:5], 6, 16), page="c")
-    assert first.session.ids == again.session.ids
-    assert first.session.ids != other.session.ids
+    assert first.run.ids == again.run.ids
+    assert first.run.ids != other.run.ids
 
 
 def test_a_link_round_trips_the_settings():

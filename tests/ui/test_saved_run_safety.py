@@ -16,12 +16,13 @@ from explorer.analysis.records import OpCost
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError
 from explorer.figures.roofline import measured_trace
+from explorer.figures.views import VIEWS, ViewOptions
 from explorer.runner.session import InferenceSession
 from explorer.ui import handlers, run_schema
 from explorer.ui.hosting import LOCAL
 from explorer.ui.saved import load_run, save_run
 from explorer.ui.tokens import token_strip_html
-from explorer.ui.views import VIEWS, ViewOptions, Visit, render
+from explorer.ui.views import Visit, render
 
 SETTINGS = SamplingSettings(do_sample=True, temperature=0.8, top_k=20, top_p=0.9, min_p=0.05, seed=3)
 SAMPLED = (True, 0.8, 20, 0.9, 0.05, 3, 16)  # the same, as the seven sampling controls
@@ -45,7 +46,7 @@ def run_file(model, tmp_path_factory) -> dict:
     session.prefill(PROMPT, use_chat_template=False)
     for _ in range(2):
         session.decode_step()
-    path = save_run(Visit.start(session, LOCAL), tmp_path_factory.mktemp("runs") / "run.json")
+    path = save_run(session.run, session.attention, tmp_path_factory.mktemp("runs") / "run.json")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -99,8 +100,7 @@ def strings(value) -> list[str]:
 
 
 def test_the_real_run_loads_and_every_view_draws(run, tmp_path):
-    saved = load_run(write(tmp_path, run))
-    visit = Visit.replay(saved, LOCAL)
+    visit = Visit.replay(*load_run(write(tmp_path, run)), LOCAL)
     for step in range(3):
         for view in VIEWS:
             assert render(visit, ViewOptions(step, 0, False, "h100-sxm"), view).layout.meta == {"view": view,
@@ -243,9 +243,9 @@ class FakeRequest:
 
 def assert_still_live(served, visit) -> None:
     """The page's session is still `visit`, open: its prefill kept and a decode step runs."""
-    assert len(served.live) == 1 and len(visit.traces) == 1
+    assert len(served.live) == 1 and len(visit.run.steps) == 1
     handlers.on_decode_click(visit, *SAMPLED, 0, False, "h100-sxm", "journey")
-    assert len(visit.traces) == 2
+    assert len(visit.run.steps) == 2
 
 
 def test_a_run_refused_by_the_schema_leaves_the_pages_session(served, run, tmp_path):
@@ -282,7 +282,7 @@ def test_an_imported_run_draws_every_view_then_replaces_the_pages_session(served
     outputs = handlers.ServedHandlers(served).on_import_upload(FakeRequest("page"), write(tmp_path, run), 0, False,
                                                                "h100-sxm", "journey")
     assert [figure.layout.meta for figure in outputs[-len(VIEWS):]] == [{"view": v, "step": 2} for v in VIEWS]
-    assert len(served.live) == 1 and live.traces == []  # the live session was replaced, and freed
+    assert len(served.live) == 1 and live.run.steps == ()  # the live session was replaced, and freed
 
 
 def test_attention_the_run_gave_up_is_said_in_the_view_not_refused(served, run, tmp_path):
@@ -306,10 +306,10 @@ def test_a_run_saved_on_a_gpu_draws_its_roofline_here(served, run, tmp_path):
 
 def test_the_token_strip_escapes_ids_and_pieces(run, tmp_path):
     # finding 1: the id was written into the chip's title attribute and text unescaped
-    visit = Visit.replay(load_run(write(tmp_path, run)), LOCAL)
-    trace = visit.traces[0]
+    visit = Visit.replay(*load_run(write(tmp_path, run)), LOCAL)
+    trace = visit.run.steps[0]
     trace.input_ids[0], trace.input_pieces[1] = SCRIPT_ID, HTML_TEXT  # past the schema: the HTML alone is safe
-    strip = token_strip_html(visit.traces, 0, "<b>next</b>")
+    strip = token_strip_html(visit.run.steps, 0, "<b>next</b>")
     tags = Tags(strip).tags
     assert {tag for tag, _ in tags} == {"div", "span", "sub"}
     assert all(set(attrs) <= {"class", "title"} for _, attrs in tags)
@@ -338,7 +338,7 @@ def test_the_status_line_shows_imported_text_as_plain_text(run, tmp_path):
     # finding 8: the description rendered as Markdown (an outside image fetched, links) and HTML
     run["description"] = HTML_TEXT
     run["traces"][2]["token_text"] = "<img src=x onerror=alert(1)> *x*"
-    visit = Visit.replay(load_run(write(tmp_path, run)), LOCAL)
+    visit = Visit.replay(*load_run(write(tmp_path, run)), LOCAL)
     tags, text = rendered_markdown(handlers.status_text(visit, 2))
     assert tags == ["p", "p", "strong"]  # the two lines, and the step's label in bold
     assert f"a saved run, shown without the model: {HTML_TEXT}\n" in text
@@ -347,7 +347,7 @@ def test_the_status_line_shows_imported_text_as_plain_text(run, tmp_path):
 
 def test_the_model_menus_line_shows_the_description_as_plain_text(run, tmp_path):
     run["description"] = HTML_TEXT
-    visit = Visit.replay(load_run(write(tmp_path, run)), LOCAL)
+    visit = Visit.replay(*load_run(write(tmp_path, run)), LOCAL)
     tags, text = rendered_markdown(handlers.model_info(visit)["info"])
     assert tags == ["p"] and text == f"In use: {HTML_TEXT}\n"
 
@@ -366,7 +366,7 @@ def hostile_labels(run: dict) -> dict:
 @pytest.mark.parametrize("view", VIEWS)
 def test_figure_labels_show_imported_text_as_plain_text(run, tmp_path, view):
     # finding 8: Plotly turned imported op names and pieces into links (and a style that fetches)
-    visit = Visit.replay(load_run(write(tmp_path, hostile_labels(run))), LOCAL)
+    visit = Visit.replay(*load_run(write(tmp_path, hostile_labels(run))), LOCAL)
     labels = strings(render(visit, ViewOptions(2, 0, False, "h100-sxm"), view).to_plotly_json())
     assert not [label for label in labels if "<a" in label or "<span" in label]
     if view in ("journey", "attention", "sampling"):  # the views that name stops or pieces: escaped, not dropped
@@ -374,7 +374,7 @@ def test_figure_labels_show_imported_text_as_plain_text(run, tmp_path, view):
 
 
 def test_the_sampling_preview_title_escapes_the_drawn_piece(run, tmp_path):
-    visit = Visit.replay(load_run(write(tmp_path, hostile_labels(run))), LOCAL)
+    visit = Visit.replay(*load_run(write(tmp_path, hostile_labels(run))), LOCAL)
     figure = render(visit, ViewOptions(2, 0, False, "h100-sxm"), "sampling", preview=SamplingSettings())
     assert "preview: the step drew '&lt;a href=" in figure.layout.title.text and "<a" not in figure.layout.title.text
 

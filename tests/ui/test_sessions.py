@@ -7,7 +7,8 @@ import gradio as gr
 import pytest
 
 from explorer.errors import PromptError, SessionStateError
-from explorer.runner.session import CHARS_PER_TOKEN_MAX, InferenceSession, check_prompt_chars
+from explorer.runner.prompts import CHARS_PER_TOKEN_MAX, check_prompt_chars
+from explorer.runner.session import InferenceSession
 from explorer.ui import handlers
 from explorer.ui.hosting import CLOSED_PAGES_KEPT, HOSTED, EventGate, Limits, LiveSessions, Served, client_address
 from explorer.ui.models import ModelRegistry
@@ -175,7 +176,7 @@ def test_a_huge_prompt_through_the_handler_is_the_same_message_and_keeps_the_ses
     with pytest.raises(gr.Error, match=r"The prompt is 1,601 characters; here the limit is 1,600 characters "
                                        r"\(for 100 tokens\)\. Shorten the prompt, or start the app with"):
         prefill(served, "page", "x" * 1601)
-    assert len(visit.traces) == 1 and len(served.live) == 1
+    assert len(visit.run.steps) == 1 and len(served.live) == 1
 
 
 def test_a_prefill_that_finishes_after_its_page_closed_holds_no_slot(model, monkeypatch):

@@ -61,7 +61,7 @@ def test_an_unexpected_fault_says_what_failed_keeps_the_session_and_logs_one_lin
     assert [r.getMessage() for r in caplog.records] == ["run the decode step failed: ZeroDivisionError: "
                                                         "division by zero"]
     assert caplog.records[0].exc_info is None  # the traceback goes to debug only
-    assert len(visit.traces) == 1
+    assert len(visit.run.steps) == 1
 
 
 def test_an_unexpected_fault_in_a_run_of_n_tokens_keeps_the_steps_taken(served, monkeypatch):
@@ -77,4 +77,4 @@ def test_an_unexpected_fault_in_a_run_of_n_tokens_keeps_the_steps_taken(served, 
     monkeypatch.setattr(visit.session, "decode_step", step_then_fail)
     with pytest.raises(gr.Error, match=r"could not run those tokens \(MemoryError: \)"):
         list(handlers.on_run_click(visit, 5, *GREEDY, *VIEW))
-    assert len(visit.traces) == 3  # the prefill and the two steps before the fault
+    assert len(visit.run.steps) == 3  # the prefill and the two steps before the fault

@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from explorer.analysis import probe
 from explorer.analysis.hardware import get_hardware, hardware_names, load_hardware_file
 from explorer.analysis.hardware_catalogue import CATALOGUE
 from explorer.analysis.records import CostOptions, Step
@@ -14,6 +13,7 @@ from explorer.analysis.roofline import standard_what_ifs, step_roofline, what_if
 from explorer.analysis.spec import ModelSpec
 from explorer.config import load_hf_config
 from explorer.errors import ConfigError
+from explorer.runner import probe
 
 LLAMA = ModelSpec.from_hf_config(load_hf_config("llama-3-8b"))
 H100 = get_hardware("h100-sxm")
@@ -112,7 +112,7 @@ def test_this_machine_is_probed_once_then_read_from_the_cache(tmp_path, monkeypa
             "dense_flops_per_s": {"fp32": [5e10, "measured"]}}
     calls = []
     monkeypatch.setattr(probe, "measure", lambda: calls.append(1) or fake)
-    first, second = get_hardware("this-machine"), get_hardware("this-machine")
+    first, second = probe.resolve_hardware("this-machine"), probe.resolve_hardware("this-machine")
     assert calls == [1] and first == second
     assert (tmp_path / probe.CACHE_FILE).is_file()
     assert first.peak_flops_per_s("bf16") == (5e10, "fp32")

@@ -9,7 +9,9 @@ from explorer.analysis.shapes import cache_length, predict_shapes
 from explorer.analysis.spec import ModelSpec
 from explorer.config import load_hf_config, preset_names
 from explorer.errors import ConfigError
-from explorer.stops import features_for, stop_table
+from explorer.families import traced_family
+from explorer.runner.configs import resolved_spec
+from explorer.stops import stop_table
 
 QWEN3 = ModelSpec.from_hf_config(load_hf_config("qwen3-0.6b"))
 LLAMA = ModelSpec.from_hf_config(load_hf_config("llama-3-8b"))
@@ -52,7 +54,7 @@ def test_llama3_decode_batch_8_at_context_1001():
 def test_every_preset_predicts_every_tensor_stop(preset, stage, tokens, context):
     spec = ModelSpec.from_hf_config(load_hf_config(preset))
     shapes = predict_shapes(spec, stage, 2, tokens, context)
-    table = [name for name, _, _ in stop_table(features_for(spec.family), spec.n_layers, stage)]
+    table = [name for name, _, _ in stop_table(traced_family(spec.family), spec.n_layers, stage)]
     assert list(shapes) == [name for name in table if name not in NOT_TENSORS]
 
 
@@ -64,7 +66,7 @@ def test_fused_families_use_their_merged_stops():
 
 
 def test_sliding_window_layers_return_window_minus_one_past_positions_plus_the_new():
-    gemma = ModelSpec.from_hf_config(GEMMA3_1B)
+    gemma = resolved_spec(GEMMA3_1B)
     assert cache_length(gemma, 0, 1, 2000) == 512 and cache_length(gemma, 5, 1, 2000) == 2000
     assert cache_length(gemma, 0, 1000, 1000) == 1000  # the prefill returns all its keys
     shapes = predict_shapes(gemma, "decode", 1, 1, 2000)

@@ -1,4 +1,7 @@
-"""ModelSpec translation, parameter counts and KV-cache sizes against published exact values."""
+"""ModelSpec translation, parameter counts and KV-cache sizes against published exact values.
+
+Configs are read as the explorer reads them, through transformers' config classes (`resolved_spec`).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +13,11 @@ from explorer.analysis.params import param_counts
 from explorer.analysis.spec import ModelSpec
 from explorer.config import load_hf_config
 from explorer.errors import ConfigError
+from explorer.runner.configs import resolved_spec
 
 
 def spec_of(preset_or_config) -> ModelSpec:
-    config = load_hf_config(preset_or_config) if isinstance(preset_or_config, str) else preset_or_config
-    return ModelSpec.from_hf_config(config)
+    return resolved_spec(preset_or_config)
 
 
 @pytest.mark.parametrize("model,total", [

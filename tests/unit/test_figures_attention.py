@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from figure_traces import SMOLLM2, TINY, run_traces
+from figure_traces import SMOLLM2, TINY, run_traces, step_attention
 
 from explorer.figures.attention import (
     attention_figure,
@@ -19,7 +19,7 @@ from explorer.figures.attention import (
 from explorer.figures.theme import visible_piece
 
 TRACES = run_traces(TINY, decode_steps=2)  # 11 prompt tokens, then 2 decode steps: n = 13
-BLOCKS = [t.attention[1].probs for t in TRACES]
+BLOCKS = [step_attention(TINY, t)[1] for t in TRACES]
 PIECES = [p for t in TRACES for p in t.input_pieces]
 
 
@@ -79,7 +79,7 @@ def test_one_heatmap_per_query_head_with_its_probabilities():
 
 def test_query_heads_sharing_a_kv_head_share_a_grid_row():
     traces = run_traces(SMOLLM2, [f" w{i}" for i in range(8)], 1)
-    probs = stack_attention([t.attention[0].probs for t in traces])
+    probs = stack_attention([step_attention(SMOLLM2, t)[0] for t in traces])
     fig = attention_figure(probs, [p for t in traces for p in t.input_pieces], 3, layer=0, step=1)
     domains = [tuple(fig.layout[f"yaxis{i if i > 1 else ''}"].domain) for i in range(1, 10)]
     assert len(set(domains)) == 3
@@ -125,7 +125,7 @@ def test_tick_labels_are_thinned_on_long_contexts():
     assert len(ticks) <= 40 and ticks[0] == 0 and ticks[-1] == 99
     assert min(np.diff(ticks)) >= 3
     traces = run_traces(TINY, [f" t{i}" for i in range(60)], 1)
-    probs = stack_attention([t.attention[0].probs for t in traces])
+    probs = stack_attention([step_attention(TINY, t)[0] for t in traces])
     fig = attention_figure(probs, [p for t in traces for p in t.input_pieces], 2, layer=0, step=1)
     bottom = fig.layout.xaxis
     assert 10 <= len(bottom.tickvals) <= 40
@@ -136,7 +136,7 @@ def test_tick_labels_are_thinned_on_long_contexts():
 
 def test_a_long_context_is_pooled_into_blocks_that_keep_rows_summing_to_one():
     traces = run_traces(TINY, [f" t{i}" for i in range(199)], 1)
-    probs = stack_attention([t.attention[0].probs for t in traces])  # [4, 200, 200]
+    probs = stack_attention([step_attention(TINY, t)[0] for t in traces])  # [4, 200, 200]
     factor = pooling_factor(200, 4)
     assert factor == 3  # 24,000 cells over 4 panels: 77 a side
     pooled = pool_attention(probs[0], 200, factor)
@@ -161,7 +161,7 @@ def test_grid_columns_keep_gqa_groups_together():
 
 def test_payload_of_nine_heads_over_forty_tokens_is_small_float32():
     traces = run_traces(SMOLLM2, [f" w{i}" for i in range(35)], 5)
-    probs = stack_attention([t.attention[3].probs for t in traces])
+    probs = stack_attention([step_attention(SMOLLM2, t)[3] for t in traces])
     fig = attention_figure(probs, [p for t in traces for p in t.input_pieces], 3, layer=3, step=5, new_rows=1)
     payload = fig.to_json()
     assert len(payload) < 150_000

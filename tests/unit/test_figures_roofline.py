@@ -9,13 +9,15 @@ import pytest
 
 from explorer.analysis.costs import step_costs, totals_by_op
 from explorer.analysis.hardware import Hardware, get_hardware
+from explorer.analysis.measured import trace_costs
 from explorer.analysis.precision import Precision
 from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.roofline import step_roofline
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import ConfigError
+from explorer.families import traced_family
 from explorer.figures.roofline import roofline_figure
-from explorer.stops import features_for, stop_table
+from explorer.stops import stop_table
 from explorer.trace import OpRecord, StepTrace
 
 LLAMA = ModelSpec.from_hf_config({
@@ -32,11 +34,17 @@ LLAMA_GEMMS = {"attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.o_proj", "mlp.
                "mlp.down_proj", "lm_head"}
 
 
+def draw_roofline(spec, prefill, decode, hardware, step, measured=False):
+    """`roofline_figure` of the prefill's and the decode step's costs (`trace_costs`)."""
+    stages = [trace_costs(spec, trace) for trace in (prefill, decode) if trace is not None]
+    return roofline_figure(stages, hardware, step, measured=measured)
+
+
 def make_trace(spec: ModelSpec, stage: str, dtype: str = "float32") -> StepTrace:
     """Every stop of the family, wall time 0.01 ms * (1 + layer), none for views."""
     tokens, context = (PROMPT_TOKENS, PROMPT_TOKENS) if stage == "prefill" else (1, DECODE_CONTEXT)
     ops = []
-    for name, kind, layer in stop_table(features_for(spec.family), spec.n_layers, stage):
+    for name, kind, layer in stop_table(traced_family(spec.family), spec.n_layers, stage):
         wall_ms = None if kind in ("reshape", "broadcast") else 0.01 * (1 + (layer or 0))
         inputs = [[1, tokens]] if name == "embed" else [[1, tokens, spec.hidden_size]]
         ops.append(OpRecord(name, kind, layer, inputs, [[1, tokens, spec.hidden_size]], dtype, wall_ms))
@@ -58,7 +66,7 @@ def expected_costs(spec: ModelSpec, step: Step, dtype: str = "fp32"):
 
 @pytest.fixture(scope="module")
 def figure():
-    return roofline_figure(LLAMA, make_trace(LLAMA, "prefill"), make_trace(LLAMA, "decode"), H100, 3)
+    return draw_roofline(LLAMA, make_trace(LLAMA, "prefill"), make_trace(LLAMA, "decode"), H100, 3)
 
 
 @pytest.mark.parametrize("stage, step", [("prefill", Step.prefill(PROMPT_TOKENS)),
@@ -95,7 +103,7 @@ def test_roof_is_min_of_peak_and_slope_with_the_ridge_point_marked(figure):
 
 
 def test_bf16_traces_use_the_bf16_ridge_point():
-    fig = roofline_figure(LLAMA, make_trace(LLAMA, "prefill", "bfloat16"), None, H100, 0)
+    fig = draw_roofline(LLAMA, make_trace(LLAMA, "prefill", "bfloat16"), None, H100, 0)
     assert trace(fig, "ridge point").x[0] == pytest.approx(H100.ridge_point("bf16"), rel=1e-6)
     assert any(a.text == "ridge 295 FLOP/byte" for a in fig.layout.annotations)
     costs = expected_costs(LLAMA, Step.prefill(PROMPT_TOKENS), "bf16")
@@ -103,7 +111,7 @@ def test_bf16_traces_use_the_bf16_ridge_point():
 
 
 def test_fused_projections_of_phi3_each_get_a_point():
-    fig = roofline_figure(PHI3, make_trace(PHI3, "prefill"), make_trace(PHI3, "decode"), H100, 1)
+    fig = draw_roofline(PHI3, make_trace(PHI3, "prefill"), make_trace(PHI3, "decode"), H100, 1)
     for stage in ("prefill", "decode"):
         ops = set(trace(fig, f"{stage} analytic").customdata)
         assert {"attn.qkv_proj", "attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj", "lm_head"} <= ops
@@ -112,7 +120,7 @@ def test_fused_projections_of_phi3_each_get_a_point():
 
 def test_measured_points_only_when_asked(figure):
     assert not [t for t in figure.data if "measured" in t.name]
-    fig = roofline_figure(LLAMA, make_trace(LLAMA, "prefill"), make_trace(LLAMA, "decode"), H100, 3, measured=True)
+    fig = draw_roofline(LLAMA, make_trace(LLAMA, "prefill"), make_trace(LLAMA, "decode"), H100, 3, measured=True)
     decode = trace(fig, "decode measured")
     assert trace(fig, "prefill measured").marker.symbol == "circle-open"
     gate = list(decode.customdata).index("mlp.gate_proj")
@@ -140,7 +148,7 @@ def test_title_states_the_memory_bound_share_decode_first(figure):
 
 
 def test_decode_none_draws_the_prefill_alone():
-    fig = roofline_figure(LLAMA, make_trace(LLAMA, "prefill"), None, H100, 0)
+    fig = draw_roofline(LLAMA, make_trace(LLAMA, "prefill"), None, H100, 0)
     assert sorted(t.name for t in fig.data) == ["prefill analytic", "prefill time", "ridge point", "roofline"]
     assert fig.layout.meta == {"view": "roofline", "step": 0}
 
@@ -157,19 +165,19 @@ def test_a_machine_without_a_rate_for_the_traces_dtype_raises():
     bf16_only = Hardware(key="bf16-only", name="bf16 only", memory_bytes=1e9, memory_bandwidth_bytes_per_s=1e12,
                          dense_flops_per_s={"bf16": 1e14})
     with pytest.raises(ConfigError, match="fp32"):
-        roofline_figure(LLAMA, make_trace(LLAMA, "prefill"), None, bf16_only, 0)
+        draw_roofline(LLAMA, make_trace(LLAMA, "prefill"), None, bf16_only, 0)
 
 
-def test_memoised_costs_follow_new_wall_times_and_another_machine():
+def test_measured_points_follow_new_wall_times_and_another_machine():
     prefill, decode = make_trace(LLAMA, "prefill"), make_trace(LLAMA, "decode")
-    first = roofline_figure(LLAMA, prefill, decode, H100, 3, measured=True)
+    first = draw_roofline(LLAMA, prefill, decode, H100, 3, measured=True)
     slower = dataclasses.replace(decode, ops=[dataclasses.replace(op, wall_ms=op.wall_ms and op.wall_ms * 2)
                                               for op in decode.ops])
-    second = roofline_figure(LLAMA, prefill, slower, H100, 3, measured=True)
+    second = draw_roofline(LLAMA, prefill, slower, H100, 3, measured=True)
     np.testing.assert_allclose(trace(second, "decode measured").y, trace(first, "decode measured").y / 2, rtol=1e-6)
     np.testing.assert_array_equal(trace(second, "prefill measured").y, trace(first, "prefill measured").y)
     a100 = get_hardware("a100-80gb")
-    other = roofline_figure(LLAMA, prefill, decode, a100, 3)
+    other = draw_roofline(LLAMA, prefill, decode, a100, 3)
     costs = expected_costs(LLAMA, Step.decode(DECODE_CONTEXT))
     peak = a100.peak_flops_per_s("fp32")[0]
     attainable = [min(peak, c.arithmetic_intensity * a100.memory_bandwidth_bytes_per_s) for c in costs]

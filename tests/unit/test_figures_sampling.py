@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -113,8 +115,7 @@ def test_a_token_is_marked_with_the_stage_that_first_removed_it():
 
 
 def test_the_drawn_token_is_named_and_always_shown():
-    rec = top_k3()
-    rec.token_id = int(RANKED_IDS[2])  # ranked 3rd, outside a top_n of 2
+    rec = replace(top_k3(), token_id=int(RANKED_IDS[2]))  # ranked 3rd, outside a top_n of 2
     fig = sampling_figure(rec, piece, 2, top_n=2)
     assert list(trace(fig, "raw").customdata) == [int(RANKED_IDS[0]), int(RANKED_IDS[2])]
     assert f"drawn '↵' (id {rec.token_id}), p = {rec.token_prob:.2f}" in fig.layout.title.text

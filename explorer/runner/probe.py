@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from explorer.analysis.hardware import THIS_MACHINE, Hardware, hardware_from_dict
+from explorer.analysis.hardware import THIS_MACHINE, Hardware, get_hardware, hardware_from_dict
 from explorer.config import cache_dir
 
 log = logging.getLogger(__name__)
@@ -93,3 +93,12 @@ def this_machine(refresh: bool = False) -> Hardware:
         log.warning("Cannot cache the machine probe in %s (%s); keeping it in memory.", path, exc.strerror or exc)
         _in_memory[str(path)] = entry
     return hardware_from_dict(THIS_MACHINE, entry)
+
+
+def resolve_hardware(name_or_path: str) -> Hardware:
+    """`this_machine()` for "this-machine" (measured on first use), else `get_hardware(name_or_path)`.
+
+    Raises:
+        ConfigError: neither a known name nor a readable hardware file.
+    """
+    return this_machine() if name_or_path == THIS_MACHINE else get_hardware(name_or_path)

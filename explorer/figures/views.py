@@ -1,0 +1,140 @@
+"""The five views, each a pure function of one shape: `fig_<view>(data, options) -> go.Figure`.
+
+`ViewData` is everything a view draws: the `Run`, plus what the handler fetched for the view on
+screen before drawing (the shown layer's attention blocks, the steps' costs, the roofline's machine,
+a sampling preview). A view runs no model, probes no machine and keeps no state, so every view can
+be drawn from a hand-built run, a live one or one read back from a file, and gives the same figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import plotly.graph_objects as go
+
+from explorer.analysis.hardware import Hardware
+from explorer.analysis.measured import StepCosts
+from explorer.figures.attention import attention_figure, stack_attention
+from explorer.figures.journey import journey_figure
+from explorer.figures.kv_cache import kv_cache_figure
+from explorer.figures.roofline import roofline_figure
+from explorer.figures.sampling import sampling_figure
+from explorer.figures.theme import empty_figure, plain_label, presenter_style
+from explorer.run import Run
+from explorer.trace import SamplingRecord
+
+VIEWS = ("journey", "attention", "kv_cache", "sampling", "roofline")
+# The attention window drawn at full resolution: 48^2 cells x 32 heads (Qwen3-8B) stay under ~400 KB.
+ZOOM_TOKENS = 48
+NO_VALUES = "Shape-only mode: the model has no weights, so there are no {} to show (shapes and costs only)."
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    """The view controls.
+
+    Attributes:
+        step: the step shown (0 = prefill, k = k-th decode step), within the run's steps.
+        layer: the decoder layer of the journey and attention views, within the model's layers.
+        average_heads: draw the mean over query heads instead of one panel per head.
+        hardware: the roofline's machine: a catalogue key or "this-machine".
+        presenter: larger text and stronger contrast, for a projector.
+        zoom: first token of a `ZOOM_TOKENS`-token window of the attention matrix drawn at full
+            resolution; None draws the whole matrix (pooled when it is long).
+    """
+
+    step: int
+    layer: int
+    average_heads: bool
+    hardware: str
+    presenter: bool = False
+    zoom: int | None = None
+
+
+@dataclass(frozen=True)
+class ViewData:
+    """What a view draws.
+
+    Attributes:
+        run: the steps.
+        attention: attention view: the shown layer's probabilities at each step up to the shown one
+            (prefill [h_q, T, T], then [h_q, 1, n] per decode step, float32); empty in shape-only mode.
+        costs: roofline view: the prefill's `StepCosts`, then the shown decode step's (if one is shown);
+            empty where the cost model does not know the family.
+        hardware: roofline view: the machine.
+        measured: roofline view: the steps ran on `hardware`, so their measured points belong on it.
+        preview: sampling view: the shown step's stored logits sampled again with other settings.
+    """
+
+    run: Run
+    attention: tuple[np.ndarray, ...] = ()
+    costs: tuple[StepCosts, ...] = ()
+    hardware: Hardware | None = None
+    measured: bool = False
+    preview: SamplingRecord | None = None
+
+
+def fig_journey(data: ViewData, options: ViewOptions) -> go.Figure:
+    """The stops of one layer, prefill beside the shown decode step (none while the prefill is shown)."""
+    decode = data.run.step(options.step) if options.step > 0 else None
+    return journey_figure(data.run.steps[0], decode, options.layer)
+
+
+def fig_attention(data: ViewData, options: ViewOptions) -> go.Figure:
+    """The layer's causal attention up to the shown step: the prefill triangle plus a row per step;
+    with `options.zoom`, a `ZOOM_TOKENS`-token window of it at full resolution."""
+    trace = data.run.step(options.step)
+    if trace.shape_only:
+        return empty_figure("attention", NO_VALUES.format("attention probabilities"))
+    probs, pieces = stack_attention(list(data.attention)), data.run.pieces_until(trace.step_index)
+    new_rows = min(trace.step_index, 1)
+    start = None
+    if options.zoom is not None:
+        start = max(0, min(options.zoom, len(pieces) - ZOOM_TOKENS))
+        stop = start + ZOOM_TOKENS
+        probs, new_rows = probs[:, start:stop, start:stop], new_rows if stop >= len(pieces) else 0
+        pieces = pieces[start:stop]
+    n_kv_heads = trace.kv[options.layer].key_shape[1]
+    return attention_figure(probs, pieces, n_kv_heads, options.layer, trace.step_index, new_rows=new_rows,
+                            average=options.average_heads, window_start=start)
+
+
+def fig_kv_cache(data: ViewData, options: ViewOptions) -> go.Figure:
+    """Every layer's KV cache over the steps up to the shown one, against an MHA model's."""
+    trace = data.run.step(options.step)
+    n_heads = data.run.config["num_attention_heads"]
+    return kv_cache_figure(list(data.run.steps[: trace.step_index + 1]), n_heads, trace.step_index)
+
+
+def fig_sampling(data: ViewData, options: ViewOptions) -> go.Figure:
+    """How the shown step chose its token; with `data.preview`, what other settings do to the same
+    stored logits, the step's own draw named in the title."""
+    trace = data.run.step(options.step)
+    if trace.sampling is None:
+        return empty_figure("sampling", NO_VALUES.format("logits"))
+    record = trace.sampling if data.preview is None else data.preview
+    fig = sampling_figure(record, data.run.piece, trace.step_index)
+    if data.preview is not None and data.preview.settings != trace.sampling.settings:
+        drawn = plain_label(repr(data.run.piece(trace.sampling.token_id)))
+        fig.update_layout(title_text=f"{fig.layout.title.text} · preview: the step drew {drawn} with its own settings")
+    return fig
+
+
+def fig_roofline(data: ViewData, options: ViewOptions) -> go.Figure:
+    """The operators of the prefill and the shown decode step on the chosen machine's roofline;
+    measured points where the machine is the one the steps ran on."""
+    if not data.costs or data.hardware is None:
+        return empty_figure("roofline", "The cost model does not know this model family.")
+    return roofline_figure(list(data.costs), data.hardware, data.run.step(options.step).step_index,
+                           measured=data.measured)
+
+
+FIGURES = {"journey": fig_journey, "attention": fig_attention, "kv_cache": fig_kv_cache,
+           "sampling": fig_sampling, "roofline": fig_roofline}
+
+
+def draw(view: str, data: ViewData, options: ViewOptions) -> go.Figure:
+    """The figure of `view` (one of `VIEWS`), in presenter style where `options.presenter`."""
+    figure = FIGURES[view](data, options)
+    return presenter_style(figure) if options.presenter else figure

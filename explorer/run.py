@@ -1,0 +1,180 @@
+"""The `Run`: one inference as every view sees it, live or saved; and where its attention comes from.
+
+A `Run` holds the model's name, description and resolved config, the frozen `StepTrace` of every
+step so far (the prefill, then each decode step), the generated text, and the text piece of every
+token id a view names. The runner appends a step once it is complete; nothing edits an old one. A
+run read back from a file is the same type as a live one, so every view is drawn the same way from
+either, with no model.
+
+The attention probabilities are the one large quantity a run does not hold itself: an
+`AttentionSource` gives them, the live session (kept matrices within one memory budget, the others
+recomputed from kept queries) or a loaded file (every matrix it was saved with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+import numpy as np
+
+from explorer.analysis.measured import StepCosts, trace_costs
+from explorer.analysis.spec import ModelSpec
+from explorer.errors import ConfigError, SessionStateError
+from explorer.trace import StepTrace, json_ready
+
+UNKNOWN_PIECE = "?"  # the piece of a token id the run does not name
+
+
+class AttentionSource(Protocol):
+    """Where a run's attention probabilities come from."""
+
+    def probs(self, step: int, layer: int) -> np.ndarray:
+        """A layer's attention probabilities at a step: [h_q, q_len, kv_len] float32, rows sum to 1
+        (prefill [h_q, T, T], decode [h_q, 1, n]).
+
+        Raises:
+            IndexError: no such step or layer.
+            SessionStateError: the source has no values for it (shape-only mode, or a saved run that
+                left attention out).
+        """
+        ...
+
+    def has(self, step: int, layer: int) -> bool:
+        """Whether `probs(step, layer)` gives values (it may compute them)."""
+        ...
+
+    def kept(self, step: int, layer: int) -> bool:
+        """Whether `probs(step, layer)` gives values without computing them."""
+        ...
+
+
+class Run:
+    """The steps of one inference, append-only.
+
+    Args:
+        model: the model's name ("smollm2-135m-instruct", a hub id, a folder, a preset).
+        description: one line on the model and its weights.
+        config: the model's config as transformers resolved it (`PretrainedConfig.to_dict()`).
+    """
+
+    def __init__(self, model: str, description: str, config: dict) -> None:
+        self.model, self.description, self.config = model, description, config
+        self.text = ""
+        self._steps: list[StepTrace] = []
+        self._pieces: dict[int, str] = {}
+        self._costs: dict[int, StepCosts] = {}
+        try:
+            self.spec: ModelSpec | None = ModelSpec.from_hf_config(config)
+        except ConfigError:
+            self.spec = None  # a family the cost model does not know: no roofline
+
+    def append(self, step: StepTrace, pieces: Mapping[int, str], text: str) -> None:
+        """Add the next step.
+
+        Args:
+            step: its trace; `step.step_index` must be the number of steps so far.
+            pieces: the text piece of each token id the step names (the ids it fed, the token it
+                chose, its top tokens), added to those of earlier steps.
+            text: the generated text after this step.
+
+        Raises:
+            ValueError: `step.step_index` is not the next index.
+        """
+        if step.step_index != len(self._steps):
+            raise ValueError(f"step {step.step_index} appended after {len(self._steps)} steps")
+        self._steps.append(step)
+        self._pieces.update(pieces)
+        self.text = text
+
+    @property
+    def steps(self) -> tuple[StepTrace, ...]:
+        """The prefill, then each decode step."""
+        return tuple(self._steps)
+
+    @property
+    def latest(self) -> StepTrace:
+        """The newest step. Raises IndexError before the prefill."""
+        return self._steps[-1]
+
+    @property
+    def finished(self) -> bool:
+        """True once a step ended generation."""
+        return bool(self._steps) and self._steps[-1].finished
+
+    @property
+    def ids(self) -> list[int]:
+        """Every token id fed so far, then the one the latest step chose (0 in shape-only mode)."""
+        fed = [i for step in self._steps for i in step.input_ids]
+        if not self._steps:
+            return fed
+        chosen = self._steps[-1].sampling
+        return [*fed, chosen.token_id if chosen else 0]
+
+    @property
+    def pieces(self) -> dict[int, str]:
+        """Token id -> text piece, for every id the run names."""
+        return dict(self._pieces)
+
+    def step(self, index: int) -> StepTrace:
+        """The step `index` (0 = prefill), clamped to the steps run so far."""
+        return self._steps[max(0, min(index, len(self._steps) - 1))]
+
+    def piece(self, token_id: int) -> str:
+        """A token id's text piece (`UNKNOWN_PIECE` for one the run does not name)."""
+        return self._pieces.get(int(token_id), UNKNOWN_PIECE)
+
+    def pieces_until(self, index: int) -> list[str]:
+        """The pieces of the tokens the model has seen up to and including step `index` (n of them)."""
+        return [piece for step in self._steps[: index + 1] for piece in step.input_pieces]
+
+    def costs(self, index: int) -> StepCosts | None:
+        """Step `index`'s analytic costs and measured times (`trace_costs`), computed once per step on
+        first use (not during the step: a decode step stays as fast as the model's); None where the
+        cost model does not know the family."""
+        if self.spec is None:
+            return None
+        if index not in self._costs:
+            self._costs[index] = trace_costs(self.spec, self._steps[index])
+        return self._costs[index]
+
+
+class SavedAttention:
+    """The attention matrices a saved run holds.
+
+    Args:
+        matrices: (step, layer) -> [h_q, q_len, kv_len] float32.
+        missing: why a matrix the file does not hold is missing (said in the error).
+    """
+
+    def __init__(self, matrices: dict[tuple[int, int], np.ndarray], missing: str) -> None:
+        self._matrices, self._missing = matrices, missing
+
+    def has(self, step: int, layer: int) -> bool:
+        """Whether the file holds the matrix."""
+        return (step, layer) in self._matrices
+
+    kept = has  # a saved matrix is never computed
+
+    def probs(self, step: int, layer: int) -> np.ndarray:
+        """The saved matrix (see `AttentionSource.probs`).
+
+        Raises:
+            SessionStateError: the file holds none for this step and layer.
+        """
+        probs = self._matrices.get((step, layer))
+        if probs is None:
+            raise SessionStateError(f"The saved run holds no attention for layer {layer} at step {step} "
+                                    f"({self._missing}).")
+        return probs
+
+
+def step_to_dict(step: StepTrace, attention: AttentionSource | None) -> dict:
+    """`step.to_dict()` with each attention record's "probs": the matrix from `attention`, or null
+    where there is no source or it has none (shape-only mode, a saved run without it)."""
+    data = step.to_dict()
+    for record in data["attention"]:
+        index, layer = step.step_index, record["layer"]
+        has = attention is not None and attention.has(index, layer)
+        record["probs"] = json_ready(attention.probs(index, layer)) if has else None
+    return data

@@ -1,0 +1,117 @@
+"""The family table: each traced family's stop list pinned literally, the stop names built and
+parsed one way, and the module paths covering exactly the stops that are modules."""
+
+from __future__ import annotations
+
+import pytest
+
+from explorer.errors import ConfigError
+from explorer.families import FAMILIES, traced_family
+from explorer.stops import layer_stops, parse_stop_name, stop_name, stop_table
+
+LLAMA_LIKE = [
+    ("tokenize", "tokenize"), ("embed", "gather"),
+    ("layers.0.input_norm", "norm"),
+    ("layers.0.attn.q_proj", "gemm"), ("layers.0.attn.k_proj", "gemm"), ("layers.0.attn.v_proj", "gemm"),
+    ("layers.0.attn.split_heads", "reshape"), ("layers.0.attn.rope", "rope"),
+    ("layers.0.attn.kv_cache_write", "cache_write"), ("layers.0.attn.gqa_expand", "broadcast"),
+    ("layers.0.attn.scores", "batched_gemm"), ("layers.0.attn.softmax", "softmax"),
+    ("layers.0.attn.weighted_sum", "batched_gemm"), ("layers.0.attn.merge_heads", "reshape"),
+    ("layers.0.attn.o_proj", "gemm"), ("layers.0.attn_residual", "elementwise"), ("layers.0.post_attn_norm", "norm"),
+    ("layers.0.mlp.gate_proj", "gemm"), ("layers.0.mlp.up_proj", "gemm"), ("layers.0.mlp.act", "elementwise"),
+    ("layers.0.mlp.down_proj", "gemm"), ("layers.0.mlp_residual", "elementwise"),
+    ("final_norm", "norm"), ("lm_head", "gemm"), ("sample", "sample"), ("detokenize", "detokenize"),
+]
+QWEN3 = [
+    ("tokenize", "tokenize"), ("embed", "gather"),
+    ("layers.0.input_norm", "norm"),
+    ("layers.0.attn.q_proj", "gemm"), ("layers.0.attn.q_norm", "norm"), ("layers.0.attn.k_proj", "gemm"),
+    ("layers.0.attn.k_norm", "norm"), ("layers.0.attn.v_proj", "gemm"),
+    ("layers.0.attn.split_heads", "reshape"), ("layers.0.attn.rope", "rope"),
+    ("layers.0.attn.kv_cache_write", "cache_write"), ("layers.0.attn.gqa_expand", "broadcast"),
+    ("layers.0.attn.scores", "batched_gemm"), ("layers.0.attn.softmax", "softmax"),
+    ("layers.0.attn.weighted_sum", "batched_gemm"), ("layers.0.attn.merge_heads", "reshape"),
+    ("layers.0.attn.o_proj", "gemm"), ("layers.0.attn_residual", "elementwise"), ("layers.0.post_attn_norm", "norm"),
+    ("layers.0.mlp.gate_proj", "gemm"), ("layers.0.mlp.up_proj", "gemm"), ("layers.0.mlp.act", "elementwise"),
+    ("layers.0.mlp.down_proj", "gemm"), ("layers.0.mlp_residual", "elementwise"),
+    ("final_norm", "norm"), ("lm_head", "gemm"), ("sample", "sample"), ("detokenize", "detokenize"),
+]
+GEMMA3 = [
+    ("tokenize", "tokenize"), ("embed", "gather"),
+    ("layers.0.input_norm", "norm"),
+    ("layers.0.attn.q_proj", "gemm"), ("layers.0.attn.q_norm", "norm"), ("layers.0.attn.k_proj", "gemm"),
+    ("layers.0.attn.k_norm", "norm"), ("layers.0.attn.v_proj", "gemm"),
+    ("layers.0.attn.split_heads", "reshape"), ("layers.0.attn.rope", "rope"),
+    ("layers.0.attn.kv_cache_write", "cache_write"), ("layers.0.attn.gqa_expand", "broadcast"),
+    ("layers.0.attn.scores", "batched_gemm"), ("layers.0.attn.softmax", "softmax"),
+    ("layers.0.attn.weighted_sum", "batched_gemm"), ("layers.0.attn.merge_heads", "reshape"),
+    ("layers.0.attn.o_proj", "gemm"), ("layers.0.post_attn_norm", "norm"), ("layers.0.attn_residual", "elementwise"),
+    ("layers.0.pre_mlp_norm", "norm"),
+    ("layers.0.mlp.gate_proj", "gemm"), ("layers.0.mlp.up_proj", "gemm"), ("layers.0.mlp.act", "elementwise"),
+    ("layers.0.mlp.down_proj", "gemm"), ("layers.0.post_mlp_norm", "norm"), ("layers.0.mlp_residual", "elementwise"),
+    ("final_norm", "norm"), ("lm_head", "gemm"), ("sample", "sample"), ("detokenize", "detokenize"),
+]
+PHI3 = [
+    ("tokenize", "tokenize"), ("embed", "gather"),
+    ("layers.0.input_norm", "norm"),
+    ("layers.0.attn.qkv_proj", "gemm"),
+    ("layers.0.attn.split_heads", "reshape"), ("layers.0.attn.rope", "rope"),
+    ("layers.0.attn.kv_cache_write", "cache_write"), ("layers.0.attn.gqa_expand", "broadcast"),
+    ("layers.0.attn.scores", "batched_gemm"), ("layers.0.attn.softmax", "softmax"),
+    ("layers.0.attn.weighted_sum", "batched_gemm"), ("layers.0.attn.merge_heads", "reshape"),
+    ("layers.0.attn.o_proj", "gemm"), ("layers.0.attn_residual", "elementwise"), ("layers.0.post_attn_norm", "norm"),
+    ("layers.0.mlp.gate_up_proj", "gemm"), ("layers.0.mlp.act", "elementwise"),
+    ("layers.0.mlp.down_proj", "gemm"), ("layers.0.mlp_residual", "elementwise"),
+    ("final_norm", "norm"), ("lm_head", "gemm"), ("sample", "sample"), ("detokenize", "detokenize"),
+]
+PREFILL_OF_ONE_LAYER = {"llama": LLAMA_LIKE, "mistral": LLAMA_LIKE, "qwen2": LLAMA_LIKE, "qwen3": QWEN3,
+                        "gemma3_text": GEMMA3, "phi3": PHI3}
+
+
+@pytest.mark.parametrize("model_type", sorted(PREFILL_OF_ONE_LAYER))
+def test_each_traced_family_has_its_pinned_stop_list(model_type):
+    family, pinned = traced_family(model_type), PREFILL_OF_ONE_LAYER[model_type]
+    layer_of = [0 if name.startswith("layers.") else None for name, _ in pinned]
+    prefill = [(name, kind, layer) for (name, kind), layer in zip(pinned, layer_of, strict=True)]
+    assert stop_table(family, 1, "prefill") == prefill
+    assert prefill[0] == ("tokenize", "tokenize", None)
+    assert stop_table(family, 1, "decode") == prefill[1:]  # a decode step feeds an id: no tokenize
+
+
+@pytest.mark.parametrize("model_type", sorted(PREFILL_OF_ONE_LAYER))
+def test_every_layer_repeats_the_pinned_layer(model_type):
+    family = traced_family(model_type)
+    relative = [parse_stop_name(name)[1] for name, _ in PREFILL_OF_ONE_LAYER[model_type] if name.startswith("layers.")]
+    table = stop_table(family, 3, "decode")
+    assert [name for name, _, layer in table if layer == 2] == [stop_name(2, stop) for stop in relative]
+    assert len(table) == 5 + 3 * len(relative)
+
+
+def test_the_traced_families_are_exactly_the_pinned_ones_and_none_is_moe():
+    traced = {name for name, family in FAMILIES.items() if family.traced}
+    assert traced == set(PREFILL_OF_ONE_LAYER)
+    assert not any(FAMILIES[name].moe for name in traced)
+    assert {name for name, family in FAMILIES.items() if family.moe} == {"mixtral", "qwen3_moe"}
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "mixtral", "qwen3_moe", "falcon", ""])
+def test_families_that_are_not_traced_are_refused_by_name(model_type):
+    with pytest.raises(ConfigError, match=f"'{model_type}' is not traced yet; supported: gemma3_text, llama"):
+        traced_family(model_type)
+
+
+@pytest.mark.parametrize("model_type", sorted(PREFILL_OF_ONE_LAYER))
+def test_module_paths_cover_exactly_the_stops_that_are_modules(model_type):
+    family = traced_family(model_type)
+    modules = {name for name, kind in layer_stops(family) if kind in ("gemm", "norm")}
+    assert set(family.layer_modules) == modules
+    assert set(family.top_modules) == {"embed", "final_norm", "lm_head"}
+
+
+@pytest.mark.parametrize("name, parsed", [
+    ("layers.3.attn.q_proj", (3, "attn.q_proj")), ("layers.12.input_norm", (12, "input_norm")),
+    ("lm_head", (None, "lm_head")), ("attn.q_proj", (None, "attn.q_proj")), ("embed", (None, "embed")),
+])
+def test_stop_names_are_built_and_parsed_one_way(name, parsed):
+    assert parse_stop_name(name) == parsed
+    assert stop_name(*parsed) == name
