@@ -171,7 +171,13 @@ class StepTrace:
     def to_dict(self) -> dict:
         """A dict that strict JSON can hold: numpy arrays become nested lists, and the -inf of a
         filtered-out token becomes null (`from_dict` turns it back into -inf)."""
-        return json_ready(asdict(self))
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["input_ids"], data["input_pieces"] = list(self.input_ids), list(self.input_pieces)
+        for name in ("ops", "kv", "attention"):  # records of ints, strings and lists of ints: no array in them
+            data[name] = [_record_dict(record) for record in data[name]]
+        data["logits"] = json_ready(self.logits)
+        data["sampling"] = None if self.sampling is None else json_ready(asdict(self.sampling))
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> StepTrace:
@@ -194,6 +200,15 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = logits.astype(np.float32) - np.max(logits, axis=-1, keepdims=True)
     exp = np.exp(shifted)
     return exp / exp.sum(axis=-1, keepdims=True)
+
+
+def _record_dict(record) -> dict:
+    """A record's fields as a dict, each list copied (shapes: lists of lists of ints)."""
+    return {f.name: _copied(getattr(record, f.name)) for f in fields(record)}
+
+
+def _copied(value):
+    return [_copied(item) for item in value] if isinstance(value, list) else value
 
 
 def float32_array(value) -> np.ndarray | None:
