@@ -1,0 +1,50 @@
+"""Where a Next-token click's server time goes, in process on the embedded model: the session's decode
+step, the step's outputs with one view drawn, and the export button's size estimate that follows it.
+
+Medians over --steps decode steps of one sampled session (temperature 1.5, so it does not end early).
+No browser: compare with benchmarks/bench_app_browser.py for what a person waits.
+
+Run: python benchmarks/bench_step_parts.py [--steps 40] [--view kv_cache]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from explorer.figures.views import VIEWS
+from explorer.runner.loading import load_model
+from explorer.ui import handlers
+from explorer.ui.hosting import LOCAL, Served
+from explorer.ui.models import ModelRegistry
+
+SAMPLING = (True, 1.5, 0, 1.0, 0.0, 7, 200)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
+PROMPT = "Write a long story about a dragon who learns to code."
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--view", choices=VIEWS, default="kv_cache")
+    args = parser.parse_args()
+    served = Served.create(ModelRegistry(load_model(device="cpu")), LOCAL)
+    view = (0, False, "this-machine", args.view)
+    visit = handlers.ServedHandlers(served).on_prefill_click(
+        None, None, served.registry.default_choice, "", PROMPT, 17, True, "", *SAMPLING, *view)[0]
+    parts: dict[str, list[float]] = {"decode step": [], f"step outputs ({args.view} drawn)": [], "export label": []}
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        visit.session.decode_step()
+        stepped = time.perf_counter()
+        handlers.step_outputs(visit, *view)
+        drawn = time.perf_counter()
+        handlers.on_export_label(visit)
+        for name, seconds in zip(parts, (stepped - start, drawn - stepped, time.perf_counter() - drawn), strict=True):
+            parts[name].append(seconds)
+    print(f"{args.steps} decode steps, medians: "
+          + ", ".join(f"{name} {statistics.median(values) * 1e3:.1f} ms" for name, values in parts.items()))
+
+
+if __name__ == "__main__":
+    main()
