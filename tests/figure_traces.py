@@ -75,15 +75,13 @@ def hf_config(spec: ModelSpec) -> dict:
             "tie_word_embeddings": spec.tie_word_embeddings, "max_position_embeddings": 8192}
 
 
-def hand_run(spec: ModelSpec = TINY, decode_steps: int = 3, seed: int = 0,
-             sampled: bool = True) -> tuple[Run, SavedAttention]:
-    """A `Run` built by hand, no model: `run_traces`' steps (each choosing its token with
-    `sampling_record` when `sampled`), every token id named, with the attention of every step."""
+def hand_run(spec: ModelSpec = TINY, decode_steps: int = 3, seed: int = 0) -> tuple[Run, SavedAttention]:
+    """A `Run` built by hand, no model: `run_traces`' steps, each choosing its token with
+    `sampling_record`, every token id named, with the attention of every step."""
     run = Run("hand-built", f"a hand-built {spec.family} run", hf_config(spec))
     matrices = {}
     for trace in run_traces(spec, decode_steps=decode_steps, seed=seed):
-        if sampled:
-            trace = replace(trace, sampling=sampling_record(trace.logits, top_k=5, seed=seed + trace.step_index))
+        trace = replace(trace, sampling=sampling_record(trace.logits, top_k=5, seed=seed + trace.step_index))
         matrices |= {(trace.step_index, layer): probs for layer, probs in step_attention(spec, trace, seed).items()}
         pieces = dict(zip(trace.input_ids, trace.input_pieces, strict=True)) if trace.step_index == 0 else {}
         pieces |= {i: f"tok{i}" for i in range(spec.vocab_size) if i not in pieces and i not in run.pieces}
