@@ -29,7 +29,190 @@ document.addEventListener("change", (event) => {
   }
 }, true);
 
-// Keyboard shortcuts (outside text fields): N next token, P prefill, R reset, 1-5 switch views.
+// Gradio may add this script to the page after the page has loaded (DOMContentLoaded then is past).
+function whenReady(start) {
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+}
+
+// The app keeps Gradio's light theme: its Plotly figures are drawn on white, and a dark page around
+// them (the system's dark mode, or ?__theme=dark) would leave them glaring and some text unreadable.
+// Gradio marks either with the class "dark" on <body>; it is taken off at once, and again whenever
+// it comes back (a change of the system's colour scheme).
+(() => {
+  const light = () => document.body.classList.contains("dark") && document.body.classList.remove("dark");
+  const pin = () => {
+    light();
+    new MutationObserver(light).observe(document.body, { attributes: true, attributeFilter: ["class"] });
+  };
+  whenReady(pin);
+})();
+
+// Full screen (the browser's own): the views with their tabs fill the screen, and the figure on
+// screen is redrawn to the screen's height (a step or a tab drawn meanwhile too), back to its own
+// height when full screen ends (Esc, F, or the button again). Each figure's toolbar has the button.
+const FIT_MARGIN_PX = 12;
+function shownFigure() {
+  return [...document.querySelectorAll("#views .js-plotly-plot")].find((e) => e.offsetParent !== null) || null;
+}
+function fitFigure(figure) {
+  const screen = document.fullscreenElement;
+  if (!figure || !figure.layout || !window.Plotly) return;
+  if (screen && screen.contains(figure)) {
+    const top = figure.getBoundingClientRect().top - screen.getBoundingClientRect().top;
+    const height = Math.max(240, Math.floor(window.innerHeight - top - FIT_MARGIN_PX));
+    if (figure.layout.height === height) return;
+    // a height not set here is the figure's own (a redraw brought it): the one to restore
+    if (figure.layout.height !== Number(figure.dataset.fitted)) figure.dataset.pageHeight = figure.layout.height ?? "";
+    figure.dataset.fitted = String(height);
+    window.Plotly.relayout(figure, { height });
+  } else if (figure.dataset.fitted) {
+    const height = figure.dataset.pageHeight;
+    delete figure.dataset.fitted;
+    delete figure.dataset.pageHeight;
+    window.Plotly.relayout(figure, { height: height === "" ? null : Number(height) });
+  }
+}
+window.explorerFullscreen = () => {
+  if (document.fullscreenElement) return document.exitFullscreen();
+  const views = document.getElementById("views");
+  return views && views.requestFullscreen ? views.requestFullscreen() : undefined;
+};
+// a redraw (Plotly.react from a step, or a tab drawn) brings the figure's own height back: while full
+// screen lasts, the figure on screen is fitted again when it needs it (checked four times a second)
+let fitTimer = null;
+document.addEventListener("fullscreenchange", () => {
+  clearInterval(fitTimer);
+  fitTimer = null;
+  if (document.fullscreenElement) {
+    fitFigure(shownFigure());
+    fitTimer = setInterval(() => fitFigure(shownFigure()), 250);
+  } else {
+    for (const figure of document.querySelectorAll("#views .js-plotly-plot")) fitFigure(figure);
+  }
+});
+
+// A zoom or pan survives the next step. Gradio 6 draws each new figure in a new plot element (its
+// Plot component is keyed on the value), so Plotly's own layout.uirevision, which keeps what a person
+// changed across Plotly.react on the same element, has nothing to keep. So each figure's axis ranges
+// that a person set (zoom, pan; a double-click's autoscale clears them) are remembered here with the
+// figure's uirevision (per model, layer, view and presenter mode: set by explorer/figures), and set
+// again on the next figure drawn in that place with the same uirevision.
+const keptZoom = {};  // plot elem_id -> {revision, ranges: {xaxis2: [a, b], ...}}
+const AXIS_KEY = /^([xy]axis\d*)\.(range|autorange)/;
+function plotId(figure) {
+  const block = figure.closest("#views .block[id]");
+  return block ? block.id : null;
+}
+function rememberZoom(figure, change) {
+  const id = plotId(figure);
+  const revision = figure.layout && figure.layout.uirevision;
+  if (!id || revision === undefined || revision === null || !change) return;
+  const axes = new Set(Object.keys(change).map((key) => (key.match(AXIS_KEY) || [])[1]).filter(Boolean));
+  if (!axes.size) return;  // not a zoom or pan (a resize, a fitted height)
+  const kept = keptZoom[id] && keptZoom[id].revision === revision ? keptZoom[id] : { revision, ranges: {} };
+  for (const axis of axes) {
+    const full = figure._fullLayout && figure._fullLayout[axis];
+    if (!full || full.autorange) delete kept.ranges[axis];
+    else kept.ranges[axis] = full.range.slice();
+  }
+  keptZoom[id] = kept;
+}
+function restoreZoom(figure) {
+  if (!figure || !figure.on) return;
+  if (!figure.dataset.zoomWatched) {
+    figure.dataset.zoomWatched = "1";
+    figure.on("plotly_relayout", (change) => rememberZoom(figure, change));
+  }
+  const id = plotId(figure);
+  const kept = id && keptZoom[id];
+  if (!kept) return;
+  if (kept.revision !== figure.layout.uirevision) {
+    delete keptZoom[id];  // another model, layer or view: the figure's own ranges
+    return;
+  }
+  const update = {};
+  for (const [axis, range] of Object.entries(kept.ranges)) update[`${axis}.range`] = range;
+  if (Object.keys(update).length) window.Plotly.relayout(figure, update);
+}
+// A click on a node pins its hover text in the figure's top-left corner (on a projector nobody
+// hovers); a click on the same node again removes it, on another node replaces it. The next step's
+// figure starts without it.
+function pinOnClick(figure) {
+  if (!figure || !figure.on || figure.dataset.pins) return;
+  figure.dataset.pins = "1";
+  figure.on("plotly_click", (event) => {
+    const point = event.points && event.points[0];
+    const text = point && (point.hovertext || (point.data.hovertext || [])[point.pointNumber]);
+    if (!text) return;
+    const notes = figure.layout.annotations || [];
+    const pinned = notes.find((note) => note.name === "pinned");
+    const kept = notes.filter((note) => note.name !== "pinned");
+    if (!pinned || pinned.text !== text) {
+      kept.push({ name: "pinned", text, xref: "paper", yref: "paper", x: 0, y: 1, xanchor: "left", yanchor: "top",
+                  align: "left", showarrow: false, bgcolor: "rgba(255,255,255,0.97)", bordercolor: "#57606a",
+                  borderwidth: 1, borderpad: 6, font: { family: "monospace", size: 13, color: "#24292f" } });
+    }
+    window.Plotly.relayout(figure, { annotations: kept });
+  });
+}
+function watchPlotly(plotly) {
+  if (!plotly || plotly.explorerWatched || typeof plotly.react !== "function") return;
+  const react = plotly.react;
+  plotly.react = function (figure, ...rest) {
+    const drawn = react.call(this, figure, ...rest);
+    Promise.resolve(drawn).then(() => {
+      const element = typeof figure === "string" ? document.getElementById(figure) : figure;
+      restoreZoom(element);
+      pinOnClick(element);
+      if (document.fullscreenElement) fitFigure(element);  // at once, not at the next check
+    });
+    return drawn;
+  };
+  plotly.explorerWatched = true;
+}
+(() => {
+  // Gradio loads plotly.js when the first figure is drawn and sets window.Plotly then
+  let plotly = window.Plotly;
+  watchPlotly(plotly);
+  Object.defineProperty(window, "Plotly", {
+    configurable: true,
+    get: () => plotly,
+    set: (value) => { plotly = value; watchPlotly(value); },
+  });
+})();
+
+// The token strip keeps the step shown in sight: its height is capped, so it scrolls to the step's
+// last token (and the chosen token after it).
+function revealIn(box, chip) {
+  if (!chip) return;
+  const outer = box.getBoundingClientRect();
+  const inner = chip.getBoundingClientRect();
+  if (inner.bottom > outer.bottom) box.scrollTop += inner.bottom - outer.bottom + 4;
+  else if (inner.top < outer.top) box.scrollTop -= outer.top - inner.top + 4;
+}
+function revealStep() {
+  const box = document.querySelector("#token-strip .token-strip");
+  if (!box) return;
+  const shown = box.querySelectorAll(".tok.shown");
+  const last = shown[shown.length - 1];
+  revealIn(box, last && last.nextElementSibling && last.nextElementSibling.matches(".tok.next") ? last.nextElementSibling : last);
+  if (shown.length) revealIn(box, last);
+}
+whenReady(() => {
+  const watchStrip = () => {
+    const strip = document.getElementById("token-strip");
+    if (!strip) return false;
+    new MutationObserver(revealStep).observe(strip, { childList: true, subtree: true });
+    return true;
+  };
+  if (watchStrip()) return;
+  const watch = new MutationObserver(() => watchStrip() && watch.disconnect());
+  watch.observe(document.body, { childList: true, subtree: true });
+});
+
+// Keyboard shortcuts (outside text fields): N next token, P prefill, R reset, 1-6 switch views,
+// F the views full screen, S open or close the settings (the sidebar).
 document.addEventListener("keydown", (event) => {
   if (event.ctrlKey || event.metaKey || event.altKey) return;
   const target = event.target;
@@ -38,6 +221,16 @@ document.addEventListener("keydown", (event) => {
   const key = event.key.toLowerCase();
   if (buttons[key]) {
     document.getElementById(buttons[key])?.click();
+    event.preventDefault();
+    return;
+  }
+  if (key === "f") {
+    window.explorerFullscreen();
+    event.preventDefault();
+    return;
+  }
+  if (key === "s") {
+    document.querySelector("#settings .toggle-button, .sidebar .toggle-button")?.click();
     event.preventDefault();
     return;
   }

@@ -84,7 +84,8 @@ def hand_run(spec: ModelSpec = TINY, decode_steps: int = 3, seed: int = 0) -> tu
         trace = replace(trace, sampling=sampling_record(trace.logits, top_k=5, seed=seed + trace.step_index))
         matrices |= {(trace.step_index, layer): probs for layer, probs in step_attention(spec, trace, seed).items()}
         pieces = dict(zip(trace.input_ids, trace.input_pieces, strict=True)) if trace.step_index == 0 else {}
-        pieces |= {i: f"tok{i}" for i in range(spec.vocab_size) if i not in pieces and i not in run.pieces}
+        named = run.pieces  # a copy: taken once
+        pieces |= {i: f"tok{i}" for i in range(spec.vocab_size) if i not in pieces and i not in named}
         run.append(trace, pieces, "".join(GENERATED_PIECES[: trace.step_index + 1]))
     return run, SavedAttention(matrices, "not built")
 

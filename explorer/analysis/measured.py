@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from explorer.analysis.costs import step_costs, step_total, totals_by_op
+from explorer.analysis.costs import embed_cost, layer_costs, lm_head_cost, step_costs, step_total, totals_by_op
 from explorer.analysis.precision import Precision, canonical_dtype
-from explorer.analysis.records import CostOptions, OpCost, Step
+from explorer.analysis.records import CostOptions, OpCost, Step, norm_cost
 from explorer.analysis.spec import ModelSpec
 from explorer.trace import StepTrace
 
@@ -128,3 +128,19 @@ def trace_costs(spec: ModelSpec, trace: StepTrace) -> StepCosts:
         wall_s[point.cost.op] = wall_s.get(point.cost.op, 0.0) + point.wall_ms / 1e3
     measured = [(cost, wall_s[cost.name]) for cost in totals_by_op([p.cost for p in points]) if cost.flops > 0]
     return StepCosts(trace.stage, step, precision, totals_by_op(costs), step_total(costs), measured, trace.device)
+
+
+def stop_costs(spec: ModelSpec, trace: StepTrace, layer: int) -> dict[str, OpCost]:
+    """The analytic cost of each stop outside the layers and in decoder layer `layer`, by canonical
+    name, in the trace's own dtype (LM head over the last position, as the runner computes it): what
+    the forward-pass view's hover says a stop computes and moves.
+
+    Raises:
+        KeyError: the trace has no "embed" stop (B and T come from it).
+        ConfigError: the trace's dtype is not one the cost model knows.
+    """
+    step, options = step_from_trace(trace), CostOptions(precision=trace_precision(trace))
+    costs = [embed_cost(spec, step, options), *layer_costs(spec, layer, step, options),
+             norm_cost("final_norm", None, step.rows, spec.hidden_size, spec.norm, options.precision),
+             lm_head_cost(spec, step, options)]
+    return {cost.name: cost for cost in costs}

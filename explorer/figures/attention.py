@@ -13,6 +13,7 @@ from itertools import pairwise
 import numpy as np
 import plotly.graph_objects as go
 
+from explorer.figures.dims import coloured
 from explorer.figures.theme import HIGHLIGHT_COLOUR, axis_key, base_layout, plain_label, subplot_grid, visible_piece
 
 MAX_TICKS = 40  # token labels per axis before thinning
@@ -109,7 +110,8 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
         layout["shapes"] = _row_outlines(panel_cells, first_new, len(queries), len(keys))
     _style(layout, cells, keys, queries, grid_rows, columns, panel_px)
     fig = go.Figure(data=data, layout=layout)
-    what = "mean over heads" if average else f"{heads} query heads, {n_kv_heads} KV heads (GQA groups of {group})"
+    what = "mean over heads" if average else (f"{coloured('h_q')} = {heads} query heads, "
+                                              f"{coloured('h_kv')} = {n_kv_heads} KV heads (GQA groups of g = {group})")
     if window_start is not None:
         detail = f" · tokens {window_start}-{window_start + n - 1} at full resolution"
     else:
@@ -231,5 +233,7 @@ def _style(layout: dict, cells: dict[tuple[int, int], dict[str, str]], keys: lis
 
 
 def _panel_px(grid_rows: int, columns: int) -> int:
-    """Panels nearly as tall as they are wide at 1400 px, shorter when there are many grid rows."""
-    return min(int(1150 / columns * 0.85), max(220, 1000 // grid_rows), 520)
+    """Panels as tall as the figure's 640 px allow (up to three grid rows of panels: 9 heads in groups
+    of 3 fit a 1280x720 screen), at most as tall as they are wide at 1280 px; with more grid rows
+    (32 heads) at least 90 px, and the figure is taller than a screen."""
+    return min(int(1100 / columns * 0.85), max(90, 420 // grid_rows), 420)

@@ -12,53 +12,16 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
+from explorer.figures.dims import coloured
+from explorer.figures.stop_docs import STOP_DOCS, weight_shape
 from explorer.figures.theme import base_layout, kind_colour, plain_label, set_layout, subplot_grid
 from explorer.journey import ms_text, shape_text, step_label
 from explorer.stops import parse_stop_name
 from explorer.trace import OpRecord, StepTrace
 
-ROW_PX = 26
+ROW_PX = 17  # a row per stop: the 26 rows of a Llama layer and the stops around it fit 640 px
 MIN_BAR_MS = 1e-3  # a stop faster than this (or a view, None) draws as a stub
 MAX_FLOW_CHARS = 68  # what a shape column holds at 1400 px; the hover has the full text
-NORM = ("x̂ = x / √(mean(x²) + ε) ⊙ γ", "[B, T, d] → [B, T, d]", "γ [d]")
-RESIDUAL = "[B, T, d] [B, T, d] → [B, T, d]"
-# Relative stop name → (formula, shapes in symbols, weight in symbols or None). Symbols: docs/concepts.md.
-STOP_DOCS = {
-    "tokenize": ("text → token ids (chat template, then the tokenizer)", "text → [B, T]", None),
-    "embed": ("x_t = E[id_t]: a row lookup, no arithmetic", "[B, T] → [B, T, d]", "E [V, d]"),
-    "input_norm": NORM, "post_attn_norm": NORM, "pre_mlp_norm": NORM, "post_mlp_norm": NORM, "final_norm": NORM,
-    "attn.q_proj": ("Q = X · W_qᵀ", "[B, T, d] → [B, T, h_q·d_h]", "W_q [h_q·d_h, d]"),
-    "attn.k_proj": ("K = X · W_kᵀ", "[B, T, d] → [B, T, h_kv·d_h]", "W_k [h_kv·d_h, d]"),
-    "attn.v_proj": ("V = X · W_vᵀ", "[B, T, d] → [B, T, h_kv·d_h]", "W_v [h_kv·d_h, d]"),
-    "attn.qkv_proj": ("[Q K V] = X · W_qkvᵀ", "[B, T, d] → [B, T, (h_q+2·h_kv)·d_h]",
-                      "W_qkv [(h_q+2·h_kv)·d_h, d]"),
-    "attn.q_norm": ("q̂ = RMSNorm(q) over d_h, per head", "[B, T, h_q, d_h] → same", "γ [d_h]"),
-    "attn.k_norm": ("k̂ = RMSNorm(k) over d_h, per head", "[B, T, h_kv, d_h] → same", "γ [d_h]"),
-    "attn.split_heads": ("view [B, T, h·d_h] as [B, h, T, d_h] (no copy, no kernel)",
-                         "[B, T, h_q·d_h] [B, T, h_kv·d_h]×2 → [B, h_q, T, d_h] [B, h_kv, T, d_h]×2", None),
-    "attn.rope": ("q' = q·cos + rotate_half(q)·sin, the same for k (not v)",
-                  "[B, h_q, T, d_h] [B, h_kv, T, d_h] → same", None),
-    "attn.kv_cache_write": ("K_cache = [K_cache; K], V_cache = [V_cache; V]",
-                            "[B, h_kv, T, d_h]×2 → [B, h_kv, n, d_h]×2", None),
-    "attn.gqa_expand": ("query head h reads K and V head ⌊h / g⌋, g = h_q / h_kv (a broadcast, no copy)",
-                        "[B, h_kv, n, d_h]×2 → [B, h_q, n, d_h]×2", None),
-    "attn.scores": ("S = Q·Kᵀ / √d_h + causal mask", "[B, h_q, T, d_h] [B, h_q, n, d_h] → [B, h_q, T, n]", None),
-    "attn.softmax": ("P = softmax(S) along each row (float32)", "[B, h_q, T, n] → [B, h_q, T, n]", None),
-    "attn.weighted_sum": ("O = P · V", "[B, h_q, T, n] [B, h_q, n, d_h] → [B, h_q, T, d_h]", None),
-    "attn.merge_heads": ("O: [B, h_q, T, d_h] → [B, T, h_q·d_h]", "[B, h_q, T, d_h] → [B, T, h_q·d_h]", None),
-    "attn.o_proj": ("Y = O · W_oᵀ", "[B, T, h_q·d_h] → [B, T, d]", "W_o [d, h_q·d_h]"),
-    "attn_residual": ("x = x + attn(x)", RESIDUAL, None),
-    "mlp.gate_proj": ("G = X · W_gateᵀ", "[B, T, d] → [B, T, d_ff]", "W_gate [d_ff, d]"),
-    "mlp.up_proj": ("U = X · W_upᵀ", "[B, T, d] → [B, T, d_ff]", "W_up [d_ff, d]"),
-    "mlp.gate_up_proj": ("[G U] = X · W_gate_upᵀ", "[B, T, d] → [B, T, 2·d_ff]", "W_gate_up [2·d_ff, d]"),
-    "mlp.act": ("A = silu(gate) ⊙ up (SwiGLU; Gemma 3: gelu)", "[B, T, d_ff]×2 → [B, T, d_ff]", None),
-    "mlp.down_proj": ("Y = A · W_downᵀ", "[B, T, d_ff] → [B, T, d]", "W_down [d, d_ff]"),
-    "mlp_residual": ("x = x + mlp(x)", RESIDUAL, None),
-    "lm_head": ("logits = x_last · W_lmᵀ (last position only)", "[B, 1, d] → [B, 1, V]", "W_lm [V, d]"),
-    "sample": ("next id: processors (temperature, top-k, top-p, min-p) then a draw, or argmax",
-               "[B, V] → [B]", None),
-    "detokenize": ("id → text piece (may be an incomplete UTF-8 character)", "[B] → text", None),
-}
 
 
 def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> go.Figure:
@@ -108,7 +71,7 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> 
                           "itemclick": False, "itemdoubleclick": False})  # a key: its entries hide nothing
     fig = go.Figure(data=data, layout=layout)
     base_layout(fig, "journey", decode.step_index if decode else 0,
-                f"Journey through layer {layer}: shapes and wall time at every stop", height=ROW_PX * len(rows) + 220)
+                f"Journey through layer {layer}: shapes and wall time at every stop", height=ROW_PX * len(rows) + 190)
     return set_layout(fig, margin={"l": 150, "r": 20, "t": 90, "b": 120})
 
 
@@ -148,7 +111,7 @@ def _style_axes(layout: dict, rows: list[OpRecord], traces: list[StepTrace]) -> 
     names = [plain_label(op.name) for op in rows]
     rows_axis = {"categoryorder": "array", "categoryarray": names, "tickvals": names,
                  "ticktext": [plain_label(_relative(op)) for op in rows], "autorange": "reversed", "showgrid": False,
-                 "tickfont": {"family": "monospace", "size": 12}}
+                 "tickfont": {"family": "monospace", "size": 11}}
     for col in (1, 2, 3, 4):
         layout[f"yaxis{col if col > 1 else ''}"].update(rows_axis)
     for col in (1, 3):
@@ -201,30 +164,13 @@ def _vocab(trace: StepTrace) -> int:
     return trace.op("lm_head").output_shapes[0][-1]
 
 
-def weight_shape(op: OpRecord, vocab: int) -> list[int] | None:
-    """The weight a stop multiplies by, from its shapes: [out_features, in_features] for a GEMM,
-    [d] for a norm (d_h for QK-norm), [V, d] for the embedding; None for a stop without weights.
-
-    Args:
-        op: the stop.
-        vocab: V, the vocabulary size (the embedding's shapes do not show it).
-    """
-    if op.kind == "gemm":
-        return [op.output_shapes[0][-1], op.input_shapes[0][-1]]
-    if op.kind == "norm":
-        return [op.output_shapes[0][-1]]
-    if op.name == "embed":
-        return [vocab, op.output_shapes[0][-1]]
-    return None
-
-
 def _hover(op: OpRecord, vocab: int) -> str:
     formula, symbols, weight_symbols = STOP_DOCS.get(_relative(op), ("", "", None))
-    lines = [f"<b>{plain_label(op.name)}</b> ({plain_label(op.kind)})", formula, f"shapes: {symbols}",
+    lines = [f"<b>{plain_label(op.name)}</b> ({plain_label(op.kind)})", formula, f"shapes: {coloured(symbols)}",
              f"        {_flow(op)}"]
     weight = weight_shape(op, vocab)
     if weight_symbols and weight:
-        lines.append(f"weight: {weight_symbols} = {shape_text(weight)}")
+        lines.append(f"weight: {coloured(weight_symbols)} = {shape_text(weight)}")
     unit = " ms" if op.wall_ms is not None else " (no kernel)"
     lines.append(f"dtype: {plain_label(op.dtype)} · wall: {ms_text(op)}{unit}")
     return "<br>".join(lines)

@@ -14,6 +14,7 @@ from collections import Counter
 import numpy as np
 import plotly.graph_objects as go
 
+from explorer.figures.dims import coloured
 from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, set_layout, subplot_grid
 from explorer.journey import shape_text, step_label
 from explorer.trace import KVSnapshot, StepTrace
@@ -132,6 +133,6 @@ def shapes_text(kv: list[KVSnapshot]) -> str:
     element_bytes = first.key_bytes // max(1, math.prod(first.key_shape))
     dtype = ELEMENT_DTYPES.get(element_bytes, f"{element_bytes} B per element")
     if len(counts) == 1:
-        return f"K and V per layer: {shape_text(first.key_shape)} {dtype} ([batch, h_kv, n, d_h])"
+        return f"K and V per layer: {shape_text(first.key_shape)} {dtype} ({coloured('[B, h_kv, n, d_h]')})"
     parts = ", ".join(f"{shape_text(list(shape))} in {count} layers" for shape, count in counts.items())
-    return f"K and V per layer differ: {parts}, {dtype} ([batch, h_kv, n, d_h])"
+    return f"K and V per layer differ: {parts}, {dtype} ({coloured('[B, h_kv, n, d_h]')})"

@@ -19,7 +19,15 @@ from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import StepCosts
 from explorer.analysis.records import OpCost
 from explorer.analysis.roofline import StepRoofline, costs_roofline
-from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, plain_label, set_layout, subplot_grid
+from explorer.figures.theme import (
+    DECODE_COLOUR,
+    PREFILL_COLOUR,
+    base_layout,
+    plain_label,
+    set_layout,
+    si_text,
+    subplot_grid,
+)
 
 STAGE_COLOURS = {"prefill": PREFILL_COLOUR, "decode": DECODE_COLOUR}
 ROOF_COLOUR = "#333333"
@@ -131,7 +139,7 @@ def roof_labels(hardware: Hardware, corners: tuple[np.ndarray, np.ndarray], peak
     labels = [
         (ridge, peak, f"ridge {ridge:,.0f} FLOP/byte", "left", "top", 6, -10),
         (x[-1], peak, f"compute roof {peak / scale:,.3g} {unit} ({peak_dtype})", "right", "bottom", 0, 10),
-        (x[0] * 1.2, y[0] * 1.2, f"memory slope {_si(hardware.memory_bandwidth_bytes_per_s, 'B/s')}",
+        (x[0] * 1.2, y[0] * 1.2, f"memory slope {si_text(hardware.memory_bandwidth_bytes_per_s, 'B/s')}",
          "left", "top", 8, -8),
     ]
     return [{"x": np.log10(lx), "y": np.log10(ly / scale), "xref": "x", "yref": "y", "text": text,
@@ -145,7 +153,7 @@ def analytic_trace(roofline: StepRoofline, scale: float) -> dict:
     stage = roofline.step.stage
     points = [p for p in roofline.points if p.cost.flops > 0]
     hover = [
-        f"<b>{p.cost.name}</b> ({stage})<br>{_si(p.cost.flops, 'FLOP')}, {_si(p.cost.bytes, 'B')}<br>"
+        f"<b>{p.cost.name}</b> ({stage})<br>{si_text(p.cost.flops, 'FLOP')}, {si_text(p.cost.bytes, 'B')}<br>"
         f"intensity {p.arithmetic_intensity:.3g} FLOP/byte<br>{p.bound}-bound<br>"
         f"time lower bound {_duration(p.time_lower_bound_s)}"
         for p in points
@@ -164,7 +172,7 @@ def measured_trace(stage: str, ops: list[tuple[OpCost, float]], scale: float, un
     seconds / scale)."""
     achieved = np.array([cost.flops / seconds for cost, seconds in ops])
     hover = [
-        f"<b>{cost.name}</b> ({stage}, measured on {plain_label(device)})<br>{_si(cost.flops, 'FLOP')} in "
+        f"<b>{cost.name}</b> ({stage}, measured on {plain_label(device)})<br>{si_text(cost.flops, 'FLOP')} in "
         f"{_duration(seconds)}<br>achieved {rate / scale:.3g} {unit}<br>"
         f"intensity {cost.arithmetic_intensity:.3g} FLOP/byte"
         for (cost, seconds), rate in zip(ops, achieved, strict=True)
@@ -198,14 +206,6 @@ def _conclusion(rooflines: list[StepRoofline]) -> str:
         for r in reversed(rooflines)
     ]
     return f"Time lower bound: {' · '.join(parts)}"
-
-
-def _si(value: float, unit: str) -> str:
-    """1.99e9, "FLOP" -> "1.99 GFLOP"."""
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
 
 
 def _duration(seconds: float) -> str:

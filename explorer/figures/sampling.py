@@ -65,7 +65,7 @@ def sampling_figure(record: SamplingRecord, token_piece: Callable[[int], str], s
     layout.update(barmode="group", bargap=0.25, bargroupgap=0.05,
                   legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "top"})
     fig = go.Figure(data=data, layout=layout)
-    base_layout(fig, "sampling", step, f"Sampling, step {step}: {_draw_summary(record, token_piece)}", height=740)
+    base_layout(fig, "sampling", step, f"Sampling, step {step}: {_draw_summary(record, token_piece)}", height=620)
     return set_layout(fig, margin={"l": 60, "r": 20, "t": 115, "b": 40})
 
 

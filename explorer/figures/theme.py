@@ -79,6 +79,14 @@ def plain_label(text: str) -> str:
     return html.escape(text, quote=False)
 
 
+def si_text(value: float, unit: str) -> str:
+    """1.99e9, "FLOP" -> "1.99 GFLOP"; three significant digits."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
 def kind_colour(kind: str) -> str:
     """The colour of an operator kind; grey for a kind not listed."""
     return KIND_COLOURS.get(kind, "#777777")

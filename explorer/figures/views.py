@@ -1,4 +1,4 @@
-"""The five views, each a pure function of one shape: `fig_<view>(data, options) -> go.Figure`.
+"""The six views, each a pure function of one shape: `fig_<view>(data, options) -> go.Figure`.
 
 `ViewData` is everything a view draws: the `Run`, plus what the handler fetched for the view on
 screen before drawing (the shown layer's attention blocks, the steps' costs, the roofline's machine,
@@ -15,7 +15,9 @@ import plotly.graph_objects as go
 
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import StepCosts
+from explorer.analysis.records import OpCost
 from explorer.figures.attention import attention_figure, stack_attention
+from explorer.figures.forward import forward_figure
 from explorer.figures.journey import journey_figure
 from explorer.figures.kv_cache import kv_cache_figure
 from explorer.figures.roofline import roofline_figure
@@ -24,7 +26,7 @@ from explorer.figures.theme import empty_figure, plain_label, presenter_style
 from explorer.run import Run
 from explorer.trace import SamplingRecord
 
-VIEWS = ("journey", "attention", "kv_cache", "sampling", "roofline")
+VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline")
 # The attention window drawn at full resolution: 48^2 cells x 32 heads (Qwen3-8B) stay under ~400 KB.
 ZOOM_TOKENS = 48
 NO_VALUES = "Shape-only mode: the model has no weights, so there are no {} to show (shapes and costs only)."
@@ -65,6 +67,9 @@ class ViewData:
         hardware: roofline view: the machine.
         measured: roofline view: the steps ran on `hardware`, so their measured points belong on it.
         preview: sampling view: the shown step's stored logits sampled again with other settings.
+        stop_costs: forward-pass view: the analytic cost of each stop of the shown layer and outside
+            the layers, by canonical name, for the prefill then the shown decode step; empty where
+            the cost model does not know the family.
     """
 
     run: Run
@@ -73,6 +78,16 @@ class ViewData:
     hardware: Hardware | None = None
     measured: bool = False
     preview: SamplingRecord | None = None
+    stop_costs: tuple[dict[str, OpCost], ...] = ()
+
+
+def fig_forward(data: ViewData, options: ViewOptions) -> go.Figure:
+    """The shown layer as a data-flow diagram, the prefill's measured shapes beside the shown step's."""
+    decode = data.run.step(options.step) if options.step > 0 else None
+    config = data.run.config
+    return forward_figure(data.run.steps[0], decode, options.layer, len(data.run.steps[0].kv),
+                          tied_lm_head=bool(config.get("tie_word_embeddings")), costs=data.stop_costs,
+                          presenter=options.presenter)
 
 
 def fig_journey(data: ViewData, options: ViewOptions) -> go.Figure:
@@ -130,11 +145,17 @@ def fig_roofline(data: ViewData, options: ViewOptions) -> go.Figure:
                            measured=data.measured)
 
 
-FIGURES = {"journey": fig_journey, "attention": fig_attention, "kv_cache": fig_kv_cache,
+FIGURES = {"forward": fig_forward, "journey": fig_journey, "attention": fig_attention, "kv_cache": fig_kv_cache,
            "sampling": fig_sampling, "roofline": fig_roofline}
 
 
 def draw(view: str, data: ViewData, options: ViewOptions) -> go.Figure:
-    """The figure of `view` (one of `VIEWS`), in presenter style where `options.presenter`."""
+    """The figure of `view` (one of `VIEWS`), in presenter style where `options.presenter`.
+
+    Its `layout.uirevision` names the model, view, layer and presenter mode: a zoom or pan the person
+    made survives the next step's redraw (plotly.js keeps it while the uirevision is unchanged) and is
+    dropped when one of those changes.
+    """
     figure = FIGURES[view](data, options)
+    figure.layout.uirevision = f"{data.run.model}|{view}|layer {options.layer}|presenter {options.presenter}"
     return presenter_style(figure) if options.presenter else figure

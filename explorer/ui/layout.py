@@ -37,11 +37,15 @@ SESSION_TTL_S = 3600
 DELETE_CACHE = (600, SESSION_TTL_S)
 # The app starts in sampling mode so the sampling view has filters to show; the seed makes it repeatable.
 APP_SAMPLING = SamplingSettings(do_sample=True, temperature=0.8, top_k=50, top_p=0.9, min_p=0.0)
-VIEW_TITLES = {"journey": "Journey", "attention": "Attention", "kv_cache": "KV cache", "sampling": "Sampling",
-               "roofline": "Roofline"}
-PLOT_IDS = {"journey": "journey-plot", "attention": "attention-plot", "kv_cache": "kv-plot",
-            "sampling": "sampling-plot", "roofline": "roofline-plot"}
-SHORTCUTS = "Keys (outside text fields): **N** next token · **P** prefill · **R** reset · **1-5** switch views"
+VIEW_TITLES = {"forward": "Forward pass", "journey": "Journey", "attention": "Attention", "kv_cache": "KV cache",
+               "sampling": "Sampling", "roofline": "Roofline"}
+PLOT_IDS = {"forward": "forward-plot", "journey": "journey-plot", "attention": "attention-plot",
+            "kv_cache": "kv-plot", "sampling": "sampling-plot", "roofline": "roofline-plot"}
+SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · **R** reset · **1-6** switch views · "
+             "**F** full screen · **S** these settings")
+TITLE = ("**LLM Inference Explorer** · type a prompt, run the **prefill**, then one **decode** step at a time. "
+         '<span class="hint">Model, sampling, examples, presenter mode and export: the settings at the left '
+         "(key **S**).</span>")
 # The page's own text follows presenter mode at once (the figures are redrawn on the server); the
 # presenter flag is the second-to-last input of a view change (then the zoom).
 # The figure of the selected tab, saved by plotly.js in the browser (named after its layout.meta).
@@ -81,56 +85,45 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
     remove_leftovers()
     c: dict = {}  # the components by name (the handlers name their inputs), for the wiring below
     with gr.Blocks(title="LLM Inference Explorer", delete_cache=DELETE_CACHE) as demo:
-        gr.Markdown("# LLM Inference Explorer\nType a prompt, run the **prefill**, then one **decode** step "
-                    "at a time, and see what the model computes.")
         c["visit"] = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=app.expiry_callback())
         # ticks only in an open page: each tick renews the page's session lease (hosting.LiveSessions)
         c["lease"] = gr.Timer(limits.session_lease_s / LEASE_RENEWALS)
         c["shown"] = gr.State(VIEWS[0])  # the view whose tab is selected: the only one drawn per step
-        c |= _prompt_controls(app, loaded) | _sampling_controls(limits)
-        _examples(c)
-        with gr.Row():
-            c["prefill_btn"] = gr.Button("Prefill", variant="primary", elem_id="prefill-btn")
-            c["decode_btn"] = gr.Button("Next token", elem_id="decode-btn")
-            c["run_count"] = gr.Number(8, label="N", precision=0, minimum=1, maximum=limits.max_run_tokens,
-                                       elem_id="run-count", min_width=80, scale=0)
-            c["run_btn"] = gr.Button("Run N tokens", elem_id="run-btn")
-            c["reset_btn"] = gr.Button("Reset", variant="stop", elem_id="reset-btn")
-        gr.Markdown(SHORTCUTS, elem_id="shortcuts")
-        with gr.Accordion("Share a link, export the run, load a saved run", open=False, elem_id="lecture-tools"):
-            with gr.Row():
-                c["share_btn"] = gr.Button("Share link", elem_id="share-btn", size="sm", scale=0)
-                c["share_box"] = gr.Textbox(show_label=False, placeholder="a link to this prompt, model and settings",
-                                            elem_id="share-link", buttons=["copy"], scale=4)
-            with gr.Row():
-                c["svg_btn"] = gr.Button("Save the view on screen as SVG", elem_id="svg-btn", size="sm", scale=0)
-                gr.Markdown("PNG: the camera button above each figure.")
-            with gr.Row():
-                c["export_btn"] = gr.Button("Export run (JSON)", elem_id="export-btn", size="sm", scale=0)
-                c["export_file"] = gr.File(label="Exported run", elem_id="export-file", interactive=False, height=120)
-                c["import_file"] = gr.File(label="Load a saved run (no model needed)", file_types=[".json"],
-                                           elem_id="import-file", type="filepath", height=120)
-            if limits.max_export_bytes is not None:
-                gr.Markdown(f"Here an export is at most {size_text(limits.max_export_bytes)}: a larger run is "
-                            "exported without its attention (the file says so), and one too large even then "
-                            "is refused. The button gives the size.", elem_id="export-note")
+        # What is set once per lecture waits in the sidebar (closed: the figure gets the screen); the
+        # main column keeps what each step needs, so the prompt, the buttons and the figure share a screen.
+        c["prompt"] = _prompt_box(app)  # rendered in the main column; the examples in the sidebar fill it
+        with gr.Sidebar(label="Settings", open=False, width=380, elem_id="settings"):
+            gr.Markdown("### Settings", elem_id="settings-title")
+            c |= _model_controls(app, loaded) | _sampling_controls(limits)
+            _examples(c)
+            c |= _view_settings(loaded)
+            _lecture_tools(c, limits)
+            gr.Markdown(SHORTCUTS, elem_id="shortcuts")
+        gr.Markdown(TITLE, elem_id="title")
+        with gr.Row(elem_id="prompt-row"):
+            c["prompt"].render()
+            with gr.Column(scale=2, min_width=420, elem_id="step-buttons"):
+                with gr.Row(elem_classes="button-row"):
+                    c["prefill_btn"] = gr.Button("Prefill", variant="primary", elem_id="prefill-btn", min_width=100)
+                    c["decode_btn"] = gr.Button("Next token", elem_id="decode-btn", min_width=120)
+                    c["reset_btn"] = gr.Button("Reset", variant="stop", elem_id="reset-btn", min_width=90)
+                with gr.Row(elem_classes="button-row"):
+                    c["run_count"] = gr.Number(8, label="N", precision=0, minimum=1, maximum=limits.max_run_tokens,
+                                               elem_id="run-count", min_width=110, scale=0)
+                    c["run_btn"] = gr.Button("Run N tokens", elem_id="run-btn", min_width=140)
         # the status line quotes a saved run's description and token text (escaped, explorer.ui.plain): no
         # LaTeX, whose $$ delimiters KaTeX would find again in the rendered text
         c["status"] = gr.Markdown(elem_id="status", latex_delimiters=[])
         c["strip"] = gr.HTML(elem_id="token-strip")
-        c["text"] = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=2)
-        with gr.Row():
-            c["step"] = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True)
+        with gr.Row(elem_id="step-row"):
+            c["step"] = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True, scale=1,
+                                    min_width=160)
             c["layer"] = gr.Slider(0, loaded.model.config.num_hidden_layers - 1, 0, step=1, label="Layer",
-                                   elem_id="layer-slider")
-            c["average"] = gr.Checkbox(False, label="Attention: average over heads", elem_id="average-heads")
-            machine = THIS_MACHINE if loaded.shape_only else roofline_hardware_key(loaded.device)
-            c["hardware"] = gr.Dropdown(hardware_names(), value=machine, label="Roofline hardware",
-                                        elem_id="hardware-select")
-            c["zoom"] = gr.Textbox("", label=f"Attention: zoom to {ZOOM_TOKENS} tokens from token", max_lines=1,
-                                   placeholder="empty: the whole matrix", elem_id="attention-zoom")
-            c["presenter"] = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
+                                   elem_id="layer-slider", scale=1, min_width=200)
+            c["text"] = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=1,
+                                   max_lines=2, scale=3, min_width=240)
         c["tabs"], c["plots"] = _view_tabs()  # each by view
+        _wire_model(c, app)
         _wire_steps(c, app)
         _wire_lecture(c, app, demo)
         _wire_views(c, app)
@@ -147,35 +140,67 @@ def _examples(c: dict) -> None:
                 example_labels=[example["label"] for example in examples()])
 
 
-def _prompt_controls(app: ServedHandlers, loaded: LoadedModel) -> dict[str, gr.components.Component]:
-    """Model choice, prompt and chat template, by name (`PROMPT_INPUTS`)."""
+def _prompt_box(app: ServedHandlers) -> gr.Textbox:
+    """The prompt (its label says when the start-up model reads no text)."""
+    registry = app.served.registry
+    return gr.Textbox(examples()[0]["prompt"], label=handlers.prompt_label(registry.takes_text(registry.default_choice)),
+                      elem_id="prompt-box", lines=2, max_lines=6, scale=3, min_width=320, render=False,
+                      max_length=max_prompt_chars(app.served.limits.max_prompt_tokens))  # typing and pasting stop there
+
+
+def _model_controls(app: ServedHandlers, loaded: LoadedModel) -> dict[str, gr.components.Component]:
+    """Model choice and chat template, by name (`PROMPT_INPUTS`, all but the prompt)."""
     registry = app.served.registry
     text = registry.takes_text(registry.default_choice)
     most_chars = max_prompt_chars(app.served.limits.max_prompt_tokens)  # the page stops typing and pasting there
-    with gr.Row():
-        with gr.Column(scale=3):
-            prompt_box = gr.Textbox(examples()[0]["prompt"], label=handlers.prompt_label(text), elem_id="prompt-box",
-                                    lines=3, max_length=most_chars)
-        with gr.Column(scale=2):
-            model_select = gr.Dropdown(registry.choices(), value=registry.default_choice, label="Model",
-                                       info=loaded.description, elem_id="model-select")
-            custom_model = gr.Textbox(label="Or any causal LM: hub id or local folder", elem_id="custom-model",
-                                      placeholder="e.g. Qwen/Qwen3-0.6B or /path/to/model")
-            prompt_tokens = gr.Number(17, label="Prompt length in tokens (shape-only models without a tokenizer)",
-                                      precision=0, minimum=1, elem_id="prompt-tokens", visible=not text)
-            chat_template = gr.Checkbox(True, label="Use the chat template", elem_id="chat-template", visible=text)
-            system_prompt = gr.Textbox(label="System prompt (optional, chat template only)", elem_id="system-prompt",
-                                       visible=text, max_length=most_chars)
-    model_select.input(app.on_model_select, model_select, [prompt_box, prompt_tokens, chat_template, system_prompt],
-                       api_visibility="private")
-    return {"model_choice": model_select, "custom_model": custom_model, "prompt": prompt_box,
-            "prompt_tokens": prompt_tokens, "use_chat_template": chat_template, "system_prompt": system_prompt}
+    model_select = gr.Dropdown(registry.choices(), value=registry.default_choice, label="Model",
+                               info=loaded.description, elem_id="model-select")
+    custom_model = gr.Textbox(label="Or any causal LM: hub id or local folder", elem_id="custom-model",
+                              placeholder="e.g. Qwen/Qwen3-0.6B or /path/to/model")
+    prompt_tokens = gr.Number(17, label="Prompt length in tokens (shape-only models without a tokenizer)",
+                              precision=0, minimum=1, elem_id="prompt-tokens", visible=not text)
+    chat_template = gr.Checkbox(True, label="Use the chat template", elem_id="chat-template", visible=text)
+    system_prompt = gr.Textbox(label="System prompt (optional, chat template only)", elem_id="system-prompt",
+                               visible=text, max_length=most_chars)
+    return {"model_choice": model_select, "custom_model": custom_model, "prompt_tokens": prompt_tokens,
+            "use_chat_template": chat_template, "system_prompt": system_prompt}
+
+
+def _view_settings(loaded: LoadedModel) -> dict[str, gr.components.Component]:
+    """The view controls not needed at every step: heads averaged, attention zoom, roofline machine, presenter."""
+    with gr.Accordion("Views: attention, roofline, presenter mode", open=True, elem_id="view-settings"):
+        average = gr.Checkbox(False, label="Attention: average over heads", elem_id="average-heads")
+        zoom = gr.Textbox("", label=f"Attention: zoom to {ZOOM_TOKENS} tokens from token", max_lines=1,
+                          placeholder="empty: the whole matrix", elem_id="attention-zoom")
+        machine = THIS_MACHINE if loaded.shape_only else roofline_hardware_key(loaded.device)
+        hardware = gr.Dropdown(hardware_names(), value=machine, label="Roofline hardware", elem_id="hardware-select")
+        presenter = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
+    return {"average": average, "zoom": zoom, "hardware": hardware, "presenter": presenter}
+
+
+def _lecture_tools(c: dict, limits: Limits) -> None:
+    """Share a link, save the view as SVG, export and load runs (in an accordion, `lecture-tools`)."""
+    with gr.Accordion("Share a link, export the run, load a saved run", open=False, elem_id="lecture-tools"):
+        c["share_btn"] = gr.Button("Share link", elem_id="share-btn", size="sm")
+        c["share_box"] = gr.Textbox(show_label=False, placeholder="a link to this prompt, model and settings",
+                                    elem_id="share-link", buttons=["copy"])
+        c["svg_btn"] = gr.Button("Save the view on screen as SVG", elem_id="svg-btn", size="sm")
+        gr.Markdown("PNG: the camera button above each figure.")
+        c["export_btn"] = gr.Button("Export run (JSON)", elem_id="export-btn", size="sm")
+        c["export_file"] = gr.File(label="Exported run", elem_id="export-file", interactive=False, height=120)
+        c["import_file"] = gr.File(label="Load a saved run (no model needed)", file_types=[".json"],
+                                   elem_id="import-file", type="filepath", height=120)
+        if limits.max_export_bytes is not None:
+            gr.Markdown(f"Here an export is at most {size_text(limits.max_export_bytes)}: a larger run is "
+                        "exported without its attention (the file says so), and one too large even then "
+                        "is refused. The button gives the size.", elem_id="export-note")
 
 
 def _sampling_controls(limits: Limits) -> dict[str, gr.components.Component]:
     """The sampling controls, by name (`SAMPLING_FIELDS`)."""
     s = replace(APP_SAMPLING, max_new_tokens=min(APP_SAMPLING.max_new_tokens, limits.max_new_tokens))
-    with gr.Accordion("Sampling: greedy or sample, temperature, top-k, top-p, min-p, seed", open=False):
+    with gr.Accordion("Sampling: greedy or sample, temperature, top-k, top-p, min-p, seed", open=False,
+                      elem_id="sampling-settings"):
         with gr.Row():
             sample_box = gr.Checkbox(s.do_sample, label="Sample (off: greedy)", elem_id="do-sample")
             seed_box = gr.Number(s.seed, label="Seed", precision=0, minimum=RANGES["seed"][0],
@@ -193,13 +218,17 @@ def _sampling_controls(limits: Limits) -> dict[str, gr.components.Component]:
 
 
 def _view_tabs() -> tuple[dict[str, gr.Tab], dict[str, gr.Plot]]:
-    """One tab per view, each with its Plotly figure; returns the tabs and the plots by view."""
+    """One tab per view, each with its Plotly figure and a "Full screen" button in the plot's tool bar
+    (the browser's full screen for the views, the figure fitted to it: `explorerFullscreen` in
+    assets/shortcuts.js); returns the tabs and the plots by view."""
     tabs, plots = {}, {}
     with gr.Tabs(elem_id="views"):
         for view in VIEWS:
             with gr.Tab(VIEW_TITLES[view], id=view, elem_id=f"tab-{view}") as tabs[view]:
+                full_screen = gr.Button("Full screen", size="sm")
                 plots[view] = gr.Plot(empty_figure(view, handlers.EMPTY_VIEW), show_label=False,
-                                      elem_id=PLOT_IDS[view])
+                                      elem_id=PLOT_IDS[view], buttons=[full_screen])
+                full_screen.click(None, js="() => window.explorerFullscreen()")
     return tabs, plots
 
 
@@ -215,6 +244,13 @@ def _plots(c: dict) -> list[gr.Plot]:
 
 def _step_outputs(c: dict) -> list:
     return [*_named(c, ("visit", "status", "strip", "text", "step", "layer")), *_plots(c)]
+
+
+def _wire_model(c: dict, app: ServedHandlers) -> None:
+    """A model picked from the menu sets the prompt's label and the controls its tokenizer allows."""
+    c["model_choice"].input(app.on_model_select, c["model_choice"],
+                            _named(c, ("prompt", "prompt_tokens", "use_chat_template", "system_prompt")),
+                            api_visibility="private")
 
 
 def _wire_steps(c: dict, app: ServedHandlers) -> None:

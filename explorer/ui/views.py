@@ -18,6 +18,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from explorer.analysis.hardware import THIS_MACHINE
+from explorer.analysis.measured import stop_costs
 from explorer.config import SamplingSettings
 from explorer.figures.views import ViewData, ViewOptions, draw
 from explorer.run import AttentionSource, Run, SavedAttention
@@ -88,6 +89,9 @@ def view_data(visit: Visit, options: ViewOptions, view: str, preview: SamplingSe
     """
     run = visit.run
     shown = run.step(options.step)
+    if view == "forward" and run.spec is not None:
+        steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
+        return ViewData(run, stop_costs=tuple(stop_costs(run.spec, run.step(step), options.layer) for step in steps))
     if view == "attention" and not shown.shape_only:
         blocks = tuple(visit.attention.probs(step, options.layer) for step in range(shown.step_index + 1))
         return ViewData(run, attention=blocks)
@@ -103,7 +107,7 @@ def view_data(visit: Visit, options: ViewOptions, view: str, preview: SamplingSe
 
 
 def render(visit: Visit, options: ViewOptions, view: str, preview: SamplingSettings | None = None) -> go.Figure:
-    """The figure of one view ("journey", "attention", "kv_cache", "sampling" or "roofline"); for
+    """The figure of one view (one of `explorer.figures.views.VIEWS`); for
     the sampling view, `preview` applies other settings to the step's stored logits."""
     return draw(view, view_data(visit, options, view, preview), options)
 

@@ -78,6 +78,12 @@ def page(open_app):
     return open_app()
 
 
+def open_settings(page) -> None:
+    """Open the settings (the sidebar, closed at start: what is in it is off screen until then)."""
+    page.locator("#settings .toggle-button").click()
+    page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().left >= 0")
+
+
 def show(page, view: str, step: int) -> dict:
     """Open a view's tab, wait until its figure shows `step`, and return what is drawn."""
     page.get_by_role("tab", name=TABS[view], exact=True).click()
@@ -164,6 +170,7 @@ def test_views_follow_the_controls_without_a_new_step(page):
                            ".layout.title.text.includes('layer 5')")
 
     old_title = show(page, "sampling", 4)["texts"].split(" | ")[0]
+    open_settings(page)
     page.get_by_text("Sampling: greedy or sample").click()
     redrawn = "old => document.querySelector('#sampling-plot .js-plotly-plot').layout.title.text !== old"
     for attempt in range(3):  # the box may not take the first keystrokes while the accordion opens
@@ -211,6 +218,7 @@ def test_errors_are_messages_that_keep_the_view(page):
 def test_presenter_mode_enlarges_the_page_and_the_figures(page):
     prefill(page)
     run_tokens(page, 5)
+    open_settings(page)
     page.locator("#presenter-mode input").check()
     page.wait_for_function("() => document.body.classList.contains('presenter')")
     show(page, "journey", 5)
@@ -224,6 +232,7 @@ def test_the_view_on_screen_saves_as_svg(page, tmp_path):
     prefill(page)
     run_tokens(page, 5)
     show(page, "kv_cache", 5)
+    open_settings(page)
     page.locator("#lecture-tools").get_by_text("Share a link").click()
     with page.expect_download() as download:
         page.locator("#svg-btn").click()
@@ -236,6 +245,7 @@ def test_the_view_on_screen_saves_as_svg(page, tmp_path):
 def test_a_shared_link_fills_the_prompt_and_the_settings(open_app):
     page = open_app("?prompt=Bonjour+%C3%A0+tous&temperature=1.3&seed=9&sample=0")
     expect(page.locator("#prompt-box textarea")).to_have_value("Bonjour à tous", timeout=TIMEOUT_MS)
+    open_settings(page)
     page.get_by_text("Sampling: greedy or sample").click()
     expect(page.locator("#temperature input[type=number]")).to_have_value("1.3")
     expect(page.locator("#seed input")).to_have_value("9")
@@ -275,6 +285,7 @@ def test_a_new_prefill_stops_a_run_of_n_tokens(page, monkeypatch):
 def test_a_number_typed_out_of_range_is_set_to_the_nearest_end_without_an_error(page):
     prefill(page, None)  # the prompt box's default text
     page.get_by_role("tab", name="Sampling", exact=True).click()
+    open_settings(page)
     page.get_by_text("Sampling: greedy or sample").click()
     page.locator("#do-sample input").check()
     for selector, typed, shown in [("#top-p input[type=number]", "5", "1"), ("#temperature input[type=number]", "-1", "0.05"),

@@ -27,6 +27,7 @@ def test_the_download_box_empties_when_its_session_is_freed(new_page, app_url, b
     page.locator("#prompt-box textarea").fill("Hello there")
     page.locator("#prefill-btn").click()
     expect(page.locator("#status")).to_contain_text("prefill:")
+    page.locator("#settings .toggle-button").click()  # the settings (a sidebar) hold it
     page.locator("#lecture-tools").get_by_text("Share a link, export the run").click()
     page.locator("#export-btn").click()
     expect(page.locator(DOWNLOAD_LINK)).to_have_attribute("download", "explorer-run-step-0.json")

@@ -73,6 +73,7 @@ class Watched:
             self.outside.append(request.url)
 
     def upload(self, path) -> None:
+        self.page.locator("#settings .toggle-button").click()  # the settings (a sidebar) hold it
         self.page.locator("#lecture-tools").get_by_text("Share a link").click()
         self.page.locator("#import-file input[type=file]").set_input_files(str(path))
 
@@ -133,6 +134,7 @@ def test_html_in_a_run_shows_as_plain_text_and_fetches_nothing(watched, run_file
     strip = watched.page.locator("#token-strip")
     expect(strip.locator(".tok.prompt").first).to_contain_text(PIECE.replace(" ", "␣"))
     expect(strip.locator("img")).to_have_count(0)
+    watched.page.get_by_role("tab", name="Journey", exact=True).click()  # the first tab is the forward pass
     journey = watched.page.locator("#journey-plot")
     expect(journey).to_contain_text(STOP_LINK)  # the stop's name as written, in the ticks
     expect(journey.locator(".main-svg a")).to_have_count(0)  # a label's <a href> is drawn as an SVG link

@@ -14,8 +14,9 @@ from explorer.ui.models import SHAPE_ONLY_PREFIX, ModelRegistry
 # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
 GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)
 SAMPLED = (True, 0.8, 20, 0.9, 0.0, 3, 8)
-VIEWS = ("journey", "attention", "kv_cache", "sampling", "roofline")
+VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline")
 VIEW = (1, False, "h100-sxm", "attention")  # layer, average over heads, roofline hardware, the view on screen
+ATTENTION, JOURNEY = VIEWS.index("attention"), VIEWS.index("journey")
 
 
 def prefill(served, prompt="Hi there!", sampling=GREEDY, choice=None, prompt_tokens=17, custom="", page=None):
@@ -42,8 +43,8 @@ def test_prefill_draws_the_view_on_screen_and_each_tab_draws_its_own(served):
     assert strip.count('class="tok prompt') == T and strip.count('class="tok next"') == 1
     assert steps["choices"] == [("prefill", 0)] and steps["value"] == 0
     assert layer["maximum"] == 2 and layer["value"] == 1
-    assert meta(figures[1]) == {"view": "attention", "step": 0}
-    assert all(figure == gr.skip() for i, figure in enumerate(figures) if i != 1)  # off screen: not drawn
+    assert meta(figures[ATTENTION]) == {"view": "attention", "step": 0}
+    assert all(figure == gr.skip() for i, figure in enumerate(figures) if i != ATTENTION)  # off screen: not drawn
     assert [meta(drawn(visit, view)) for view in VIEWS] == [{"view": v, "step": 0} for v in VIEWS]
 
 
@@ -54,10 +55,10 @@ def test_decode_steps_grow_the_attention_and_the_cache(served):
         visit, status, strip, text, steps, layer, *figures = handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert f"**step 3**: 1 token(s) in, context n = {T + 3}" in status
     assert [label for label, _ in steps["choices"]] == ["prefill", "step 1", "step 2", "step 3"]
-    heatmaps = [trace for trace in figures[1].data if trace.type == "heatmap"]
+    heatmaps = [trace for trace in figures[ATTENTION].data if trace.type == "heatmap"]
     assert len(heatmaps) == 6  # one panel per query head of the tiny model
     assert all(heatmap.z.shape == (T + 3, T + 3) for heatmap in heatmaps)
-    assert meta(figures[1])["step"] == 3 and all(meta(drawn(visit, view))["step"] == 3 for view in VIEWS)
+    assert meta(figures[ATTENTION])["step"] == 3 and all(meta(drawn(visit, view))["step"] == 3 for view in VIEWS)
     assert text == visit.run.text
 
 
@@ -65,7 +66,7 @@ def test_run_n_tokens_redraws_after_each_and_stops_at_max_new_tokens(served):
     visit, *_ = prefill(served)
     outputs = list(handlers.on_run_click(visit, 20, *GREEDY, *VIEW))
     assert len(outputs) == 7  # prefill chose token 1 of 8; seven decode steps choose the rest
-    assert [meta(out[7])["step"] for out in outputs] == list(range(1, 8))
+    assert [meta(out[6 + ATTENTION])["step"] for out in outputs] == list(range(1, 8))
     assert visit.session.finished and "Generation ended (max new tokens)" in outputs[-1][1]
 
 
@@ -75,9 +76,9 @@ def test_going_back_to_a_step_redraws_it_without_running_the_model(served):
         handlers.on_decode_click(visit, *GREEDY, *VIEW)
     ids = list(visit.run.ids)
     figures = handlers.on_view_change(visit, 1, 0, True, "h100-sxm", "attention")
-    assert meta(figures[1])["step"] == 1 and figures[0] == gr.skip()
-    assert [meta(drawn(visit, view, step=1))["step"] for view in VIEWS] == [1] * 5
-    averaged = [trace for trace in figures[1].data if trace.type == "heatmap"]
+    assert meta(figures[ATTENTION])["step"] == 1 and figures[JOURNEY] == gr.skip()
+    assert [meta(drawn(visit, view, step=1))["step"] for view in VIEWS] == [1] * len(VIEWS)
+    averaged = [trace for trace in figures[ATTENTION].data if trace.type == "heatmap"]
     assert len(averaged) == 1 and averaged[0].z.shape[0] == len(visit.run.steps[0].input_ids) + 1
     assert visit.run.ids == ids and len(visit.run.steps) == 4
 
@@ -201,11 +202,11 @@ def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
     visit, *_ = prefill(served, prompt="x" * 90)
     handlers.on_decode_click(visit, *GREEDY, *VIEW)
     n = len(visit.run.ids) - 1  # the tokens fed so far
-    full = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, "")[1]
-    zoomed = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, " 10 ")[1]
-    last = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, "10000")[1]
+    full = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, "")[ATTENTION]
+    zoomed = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, " 10 ")[ATTENTION]
+    last = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, "10000")[ATTENTION]
     for text in ("ten", "1e3", "nan"):  # not a whole number: the whole matrix
-        same = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, text)[1]
+        same = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, text)[ATTENTION]
         assert same.to_json() == full.to_json()
     heatmap = next(t for t in zoomed.data if t.type == "heatmap")
     assert heatmap.z.shape == (48, 48) and next(t for t in full.data if t.type == "heatmap").z.shape[0] < n
@@ -239,7 +240,8 @@ def test_going_back_a_step_names_it_on_the_status_line_and_outlines_its_tokens(s
     assert status.endswith(f". An earlier step: the latest is {step_label(visit.run.steps[3])}.")
     assert f"**{step_label(first)}**: 1 token(s) in, context n = {first.context_length}," in status
     assert strip.count(" shown") == 1 and f'tok generated shown" title="id {first.input_ids[0]} ' in strip
-    assert meta(figures[0]) == {"view": "journey", "step": 1} and figures[1:] == [gr.skip()] * 4
+    assert meta(figures[JOURNEY]) == {"view": "journey", "step": 1}
+    assert [f for i, f in enumerate(figures) if i != JOURNEY] == [gr.skip()] * (len(VIEWS) - 1)
     latest, strip, *_ = handlers.on_step_change(visit, 3, 0, False, "h100-sxm", "journey")
     assert "earlier step" not in latest and strip.count(" shown") == 1
 

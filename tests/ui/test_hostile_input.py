@@ -12,6 +12,7 @@ from tiny_models import VOCAB
 
 from explorer.config import SamplingSettings
 from explorer.errors import SessionStateError
+from explorer.figures.views import VIEWS
 from explorer.runner.session import InferenceSession
 from explorer.ui import handlers
 from explorer.ui.hosting import HOSTED, LOCAL, Served
@@ -86,7 +87,7 @@ def test_odd_but_valid_text_runs_and_shows_escaped(served, prompt):
     assert visit.run.steps[0].input_ids[:T] != [] and len(visit.run.steps[0].input_ids) == T
     assert f"**prefill**: {T} token(s) in, context n = {T}" in status
     assert "<img" not in strip and strip.count('class="tok prompt') == T
-    assert figures[1].layout.meta == {"view": "attention", "step": 0}
+    assert figures[VIEWS.index("attention")].layout.meta == {"view": "attention", "step": 0}
     if T < CONTEXT - 1:
         visit, *_ = handlers.on_decode_click(visit, *sampling(), *view("attention"))
         assert len(visit.run.steps) == 2
@@ -157,7 +158,7 @@ def test_extreme_but_valid_sampling_gives_a_drawn_step(served, change, stages, k
     record = visit.run.steps[0].sampling
     assert [stage.name for stage in record.stages] == stages
     assert int(record.final.kept.sum()) == kept
-    assert figures[3].layout.meta == {"view": "sampling", "step": 0}
+    assert figures[VIEWS.index("sampling")].layout.meta == {"view": "sampling", "step": 0}
     if kept == 1:  # only the most probable token survives, drawn with certainty
         assert record.token_id == int(record.stages[0].logits.argmax()) and record.token_prob == pytest.approx(1.0)
 
@@ -274,7 +275,7 @@ def test_a_step_that_fails_after_the_forward_pass_blocks_further_steps(model, mo
 def test_non_finite_step_or_layer_redraws_the_latest_step(served, step, layer):
     visit, *_ = prefill(served)
     figures = handlers.on_view_change(visit, step, layer, False, "h100-sxm", "journey")
-    assert figures[0].layout.meta == {"view": "journey", "step": 0}
+    assert figures[VIEWS.index("journey")].layout.meta == {"view": "journey", "step": 0}
 
 
 def test_a_refused_next_click_leaves_the_settings_as_they_were(served):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from figure_traces import TINY, run_traces
 
 from explorer.families import FAMILIES
-from explorer.figures.journey import STOP_DOCS, journey_figure, weight_shape
+from explorer.figures.journey import journey_figure
+from explorer.figures.stop_docs import STOP_DOCS, weight_shape
 from explorer.figures.theme import kind_colour
 from explorer.stops import layer_stops
 
@@ -15,10 +18,11 @@ PREFILL, DECODE = TRACES[0], TRACES[2]
 
 
 def hover_of(fig, name: str, axis: str = "x") -> str:
-    """The hover text of stop `name` in the shape column on `axis` (x: prefill, x3: decode)."""
+    """The hover text of stop `name` in the shape column on `axis` (x: prefill, x3: decode), without
+    the colour spans of the dimension symbols."""
     for trace in fig.data:
         if trace.type == "bar" and trace.xaxis == axis and name in trace.y:
-            return trace.hovertext[list(trace.y).index(name)]
+            return re.sub(r"</?span[^>]*>", "", trace.hovertext[list(trace.y).index(name)])
     raise KeyError(name)
 
 
