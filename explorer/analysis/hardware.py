@@ -42,6 +42,10 @@ class Hardware:
         dense_flops_per_s: format -> peak dense FLOP/s.
         sparse_flops_per_s: format -> peak FLOP/s with 2:4 structured sparsity (empty if none).
         sources: field (e.g. "dense_flops_per_s.bf16") -> where the number comes from.
+        cache_bandwidth_bytes_per_s: bandwidth from the caches (a weight that fits in them), bytes/s;
+            0 where not measured (the catalogue's datasheets give none).
+        op_overhead_s: what every operator costs whatever its size (Python dispatch, kernel launch),
+            seconds; 0 where not measured.
     """
 
     key: str
@@ -51,6 +55,8 @@ class Hardware:
     dense_flops_per_s: dict[str, float]
     sparse_flops_per_s: dict[str, float] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
+    cache_bandwidth_bytes_per_s: float = 0.0
+    op_overhead_s: float = 0.0
 
     def peak_flops_per_s(self, dtype: str, sparse: bool = False) -> tuple[float, str]:
         """(peak FLOP/s, the format whose rate it is) for matmuls computed in `dtype`.
@@ -82,6 +88,9 @@ def hardware_from_dict(key: str, data: dict) -> Hardware:
         scalars = {}
         for name in ("memory_bytes", "memory_bandwidth_bytes_per_s"):
             scalars[name], sources[name] = _sourced(data[name], name)
+        for name in ("cache_bandwidth_bytes_per_s", "op_overhead_s"):  # measured by the probe only
+            if name in data:
+                scalars[name], sources[name] = _sourced(data[name], name)
         tables = {}
         for table in ("dense_flops_per_s", "sparse_flops_per_s"):
             tables[table] = {}

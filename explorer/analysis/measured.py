@@ -7,7 +7,7 @@ implementation loses to it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from explorer.analysis.costs import embed_cost, layer_costs, lm_head_cost, step_costs, step_total, totals_by_op
 from explorer.analysis.precision import Precision, canonical_dtype
@@ -94,22 +94,32 @@ class StepCosts:
     Attributes:
         stage: "prefill" or "decode".
         step: the step's B, T and n (`step_from_trace`).
-        precision: the trace's own format for weights, activations and KV (`trace_precision`).
+        options: how the cost model ran it: the trace's own format for weights, activations and KV
+            (`trace_precision`), projections unmerged, eager attention, the LM head over the last
+            position (as the runner computes it); a what-if's own (`scenario_costs`).
         by_op: the analytic costs summed per operator over the layers (`totals_by_op` of `step_costs`).
         total: the whole step's cost (`step_total`).
         measured: per operator summed over layers, (summed analytic cost, summed measured wall time in
             seconds), operators with FLOPs > 0 only (they have a place on a log axis); empty for a
             step with no wall times.
         device: where the step ran, e.g. "cpu", "cuda:0", "meta".
+        launches: per operator of `measured`, how many stops were timed (L for a stop in every layer):
+            each paid the machine's per-operator overhead.
     """
 
     stage: str
     step: Step
-    precision: Precision
+    options: CostOptions
     by_op: list[OpCost]
     total: OpCost
     measured: list[tuple[OpCost, float]]
     device: str
+    launches: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def precision(self) -> Precision:
+        """The formats of weights, activations and the KV cache."""
+        return self.options.precision
 
 
 def trace_costs(spec: ModelSpec, trace: StepTrace) -> StepCosts:
@@ -120,14 +130,17 @@ def trace_costs(spec: ModelSpec, trace: StepTrace) -> StepCosts:
         KeyError: the trace has no "embed" stop (B and T come from it).
         ConfigError: the trace's dtype is not one the cost model knows.
     """
-    step, precision = step_from_trace(trace), trace_precision(trace)
-    costs = step_costs(spec, step, CostOptions(precision=precision))
+    step, options = step_from_trace(trace), CostOptions(precision=trace_precision(trace))
+    costs = step_costs(spec, step, options)
     points = _measured(trace, costs)
     wall_s: dict[str, float] = {}
+    launches: dict[str, int] = {}
     for point in points:
         wall_s[point.cost.op] = wall_s.get(point.cost.op, 0.0) + point.wall_ms / 1e3
+        launches[point.cost.op] = launches.get(point.cost.op, 0) + 1
     measured = [(cost, wall_s[cost.name]) for cost in totals_by_op([p.cost for p in points]) if cost.flops > 0]
-    return StepCosts(trace.stage, step, precision, totals_by_op(costs), step_total(costs), measured, trace.device)
+    return StepCosts(trace.stage, step, options, totals_by_op(costs), step_total(costs), measured, trace.device,
+                     {cost.name: launches[cost.name] for cost, _ in measured})
 
 
 def stop_costs(spec: ModelSpec, trace: StepTrace, layer: int) -> dict[str, OpCost]:
@@ -144,3 +157,92 @@ def stop_costs(spec: ModelSpec, trace: StepTrace, layer: int) -> dict[str, OpCos
              norm_cost("final_norm", None, step.rows, spec.hidden_size, spec.norm, options.precision),
              lm_head_cost(spec, step, options)]
     return {cost.name: cost for cost in costs}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The roofline view's what-if inputs: each None (or False) keeps the executed step's own value,
+    so an empty scenario is the run as it ran (unmerged projections, eager attention, LM head over
+    the last position, the trace's dtype everywhere).
+
+    Attributes:
+        batch: B, sequences run together.
+        context: n of the decode step (positions in the KV cache after its write).
+        tokens: T of the prefill (prompt tokens; its n is T).
+        weights, activations, kv: formats (`explorer.analysis.precision.DTYPE_BITS` names).
+        merged: q/k/v and gate/up as one matrix each, as engines run them.
+        fused: scores, softmax and weighted sum in one kernel (FlashAttention).
+        lm_head_all: the LM head over all positions instead of the last.
+    """
+
+    batch: int | None = None
+    context: int | None = None
+    tokens: int | None = None
+    weights: str | None = None
+    activations: str | None = None
+    kv: str | None = None
+    merged: bool = False
+    fused: bool = False
+    lm_head_all: bool = False
+
+    @property
+    def active(self) -> bool:
+        """Whether anything differs from the executed step."""
+        return self != Scenario()
+
+    def changes(self) -> list[str]:
+        """What differs, in words: "B = 64", "n = 4096", "KV fp8", "merged projections", ..."""
+        words = [f"{name} = {value:,}" for name, value in (("B", self.batch), ("n", self.context), ("T", self.tokens))
+                 if value is not None]
+        words += [f"{name} {value}" for name, value in (("weights", self.weights), ("activations", self.activations),
+                                                         ("KV", self.kv)) if value]
+        words += [name for name, on in (("merged projections", self.merged), ("fused attention", self.fused),
+                                        ("LM head over all positions", self.lm_head_all)) if on]
+        return words
+
+    def applied(self, step: Step, precision: Precision) -> tuple[Step, CostOptions]:
+        """The executed `step` and its `precision` with this scenario's changes.
+
+        Raises:
+            ValueError: a batch, context or token count below 1.
+        """
+        batch = self.batch or step.batch
+        if step.stage == "prefill":
+            tokens = self.tokens or step.tokens
+            changed = Step("prefill", batch, tokens, tokens)
+        else:
+            changed = Step("decode", batch, 1, self.context or step.context)
+        formats = {name: value for name, value in (("weights", self.weights), ("activations", self.activations),
+                                                   ("kv", self.kv)) if value}
+        return changed, CostOptions(precision=replace(precision, **formats), merged_projections=self.merged,
+                                    fused_attention=self.fused, lm_head_all_positions=self.lm_head_all)
+
+
+def scenario_costs(spec: ModelSpec, executed: StepCosts, scenario: Scenario) -> StepCosts:
+    """The executed step's costs under `scenario` (no measured times: nothing ran). The device
+    reads "what-if".
+
+    Raises:
+        ValueError: the scenario asks for fewer than one sequence, token or position.
+        ConfigError: a format the cost model does not know.
+    """
+    step, options = scenario.applied(executed.step, executed.precision)
+    costs = step_costs(spec, step, options)
+    return StepCosts(executed.stage, step, options, totals_by_op(costs), step_total(costs), [], "what-if")
+
+
+SWEEP_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def sweeps(spec: ModelSpec, executed: StepCosts, scenario: Scenario,
+           longest: int) -> tuple[tuple[str, tuple[StepCosts, ...]], ...]:
+    """The step under `scenario` as the batch goes 1 -> 256 ("batch") and, for a decode step, as the
+    context doubles from 256 positions up to `longest` (the model's context) ("context"): the two slopes of
+    a decode roofline (weight GEMMs gain intensity with B, attention does not; attention's cost
+    grows with n). A prefill step sweeps the batch only."""
+    batch = tuple(scenario_costs(spec, executed, replace(scenario, batch=b)) for b in SWEEP_BATCHES)
+    if executed.stage != "decode":
+        return (("batch", batch),)
+    contexts = [n for n in (2**k for k in range(8, 18)) if n <= max(longest, 256)]
+    context = tuple(scenario_costs(spec, executed, replace(scenario, context=n)) for n in contexts)
+    return ("batch", batch), ("context", context)

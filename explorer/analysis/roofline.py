@@ -96,6 +96,20 @@ class StepRoofline:
         return self.step.rows / self.time_lower_bound_s
 
     @property
+    def attention_fraction(self) -> float:
+        """Share of the time lower bound in attention itself (the `attn.*` operators that are not
+        weight GEMMs: RoPE, the KV-cache write, scores, softmax, weighted sum), 0..1."""
+        return self._fraction(lambda cost: cost.op.startswith("attn.") and cost.kind != "gemm")
+
+    @property
+    def weight_gemm_fraction(self) -> float:
+        """Share of the time lower bound in weight GEMMs (projections, MLP, LM head), 0..1."""
+        return self._fraction(lambda cost: cost.kind == "gemm")
+
+    def _fraction(self, chosen) -> float:
+        return sum(p.time_lower_bound_s for p in self.points if chosen(p.cost)) / self.time_lower_bound_s
+
+    @property
     def memory_bound_fraction(self) -> float:
         """Share of the time lower bound spent in memory-bound operators (0..1)."""
         memory = sum(p.time_lower_bound_s for p in self.points if p.bound == "memory")

@@ -126,15 +126,17 @@ def format_roofline_table(result: StepRoofline) -> str:
     memory_share = result.memory_bound_fraction * 100
     tokens = f"{result.step.rows} token" + ("s" if result.step.rows != 1 else "")
     lines.append(f"\n{tokens} per step: at most {result.tokens_per_s:,.0f} tokens/s; "
-                 f"{memory_share:.0f}% of the time bound is in memory-bound operators.")
+                 f"{memory_share:.0f}% of the time bound is in memory-bound operators; attention "
+                 f"{result.attention_fraction:.0%} of it, weight GEMMs {result.weight_gemm_fraction:.0%}.")
     return "\n".join(lines)
 
 
 def _row(name: str, point: RooflinePoint, time_ms: float | None = None) -> str:
     cost = point.cost
     time_ms = point.time_lower_bound_s * 1e3 if time_ms is None else time_ms
-    return (f"{name:<28}{cost.flops / 1e9:>12.3f} {cost.bytes / 1e9:>9.3f} {point.arithmetic_intensity:>10.1f}  "
-            f"{point.bound:<8}{time_ms:>11.3f}")
+    # an operator that moves no bytes (softmax inside a fused kernel) has no intensity: it runs on chip
+    intensity, bound = (f"{point.arithmetic_intensity:>10.1f}", point.bound) if cost.bytes else (f"{'-':>10}", "on chip")
+    return f"{name:<28}{cost.flops / 1e9:>12.3f} {cost.bytes / 1e9:>9.3f} {intensity}  {bound:<8}{time_ms:>11.3f}"
 
 
 def run_info(args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from explorer.analysis.hardware import Hardware
-from explorer.analysis.measured import StepCosts
+from explorer.analysis.measured import Scenario, StepCosts
 from explorer.analysis.records import OpCost
 from explorer.figures.attention import attention_figure, stack_attention
 from explorer.figures.forward import forward_figure
@@ -44,6 +44,7 @@ class ViewOptions:
         presenter: larger text and stronger contrast, for a projector.
         zoom: first token of a `ZOOM_TOKENS`-token window of the attention matrix drawn at full
             resolution; None draws the whole matrix (pooled when it is long).
+        what_if: the roofline's what-if (batch, context, formats, engine choices); empty: the run's own.
     """
 
     step: int
@@ -52,6 +53,7 @@ class ViewOptions:
     hardware: str
     presenter: bool = False
     zoom: int | None = None
+    what_if: Scenario = Scenario()
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,11 @@ class ViewData:
         run: the steps.
         attention: attention view: the shown layer's probabilities at each step up to the shown one
             (prefill [h_q, T, T], then [h_q, 1, n] per decode step, float32); empty in shape-only mode.
-        costs: roofline view: the prefill's `StepCosts`, then the shown decode step's (if one is shown);
-            empty where the cost model does not know the family.
+        costs: roofline view: the prefill's `StepCosts`, then the shown decode step's (if one is shown),
+            under the what-if where one is set; empty where the cost model does not know the family.
+        executed: roofline view, with a what-if: the steps' own `StepCosts`, for comparison.
+        sweeps: roofline view: ("batch", the decode step's costs as B goes 1 -> 256) and ("context",
+            its costs as n grows), each a tuple of `StepCosts`.
         hardware: roofline view: the machine.
         measured: roofline view: the steps ran on `hardware`, so their measured points belong on it.
         preview: sampling view: the shown step's stored logits sampled again with other settings.
@@ -75,6 +80,8 @@ class ViewData:
     run: Run
     attention: tuple[np.ndarray, ...] = ()
     costs: tuple[StepCosts, ...] = ()
+    executed: tuple[StepCosts, ...] = ()
+    sweeps: tuple[tuple[str, tuple[StepCosts, ...]], ...] = ()
     hardware: Hardware | None = None
     measured: bool = False
     preview: SamplingRecord | None = None
@@ -142,7 +149,8 @@ def fig_roofline(data: ViewData, options: ViewOptions) -> go.Figure:
     if not data.costs or data.hardware is None:
         return empty_figure("roofline", "The cost model does not know this model family.")
     return roofline_figure(list(data.costs), data.hardware, data.run.step(options.step).step_index,
-                           measured=data.measured)
+                           measured=data.measured and not options.what_if.active, executed=list(data.executed),
+                           changes=options.what_if.changes(), sweeps=data.sweeps)
 
 
 FIGURES = {"forward": fig_forward, "journey": fig_journey, "attention": fig_attention, "kv_cache": fig_kv_cache,

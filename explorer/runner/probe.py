@@ -1,10 +1,19 @@
-""""This machine": peak matmul FLOP/s and copy bandwidth, measured once with numpy and cached.
+""""This machine": peak matmul FLOP/s, memory and cache bandwidth, and the time of a near-empty
+operator, measured once with torch on the CPU and cached.
 
-The probe takes about a second: float32 matmuls of 1024x1024 matrices (2*1024^3 FLOPs each) and
-copies of a 64 MiB array (each copy reads and writes it: 2 * 64 MiB moved). The best of a few
-repeats is kept, as a peak. It measures what numpy's BLAS reaches on the CPU, not the GPU.
-The result is cached as JSON in the user cache dir (`EXPLORER_CACHE_DIR` overrides it); where that
-cannot be written (a read-only cache), it is kept in memory for the life of the process instead.
+The probe takes about four seconds, each rate the best of a few repeats (a peak), with torch's own
+threads (all cores), under `torch.inference_mode` as the runner runs the model:
+- FLOP/s: float32 matmuls of 1024x1024 matrices (2 * 1024^3 FLOPs each);
+- memory bandwidth: the better of a copy of 256 MiB (read + write: 2 * 256 MiB moved) and a
+  matrix-vector product over an 8192 x 8192 float32 matrix (256 MiB read), larger than the caches:
+  what a decode step's weight GEMMs do;
+- cache bandwidth: the same matrix-vector product over a 1024 x 1024 matrix (4 MiB): a weight that
+  stays in the caches (a small model's GEMMs read theirs at this rate, above the memory slope);
+- operator overhead: the median time of an `nn.Linear(1, 1)` call on a [1, 1] input, what every
+  operator pays in Python dispatch and kernel launch whatever its size.
+It measures the CPU, not a GPU. The result is cached as JSON in the user cache dir
+(`EXPLORER_CACHE_DIR` overrides it); where that cannot be written (a read-only cache), it is kept in
+memory for the life of the process instead.
 """
 
 from __future__ import annotations
@@ -12,20 +21,24 @@ from __future__ import annotations
 import json
 import logging
 import os
+import statistics
 import time
 from datetime import datetime, timezone
 
-import numpy as np
+import torch
 
 from explorer.analysis.hardware import THIS_MACHINE, Hardware, get_hardware, hardware_from_dict
 from explorer.config import cache_dir
 
 log = logging.getLogger(__name__)
 
-CACHE_FILE = "this_machine.json"
+CACHE_FILE = "this_machine_v2.json"  # v2: torch, all threads, cache bandwidth and operator overhead
 _MATMUL_SIZE = 1024
-_COPY_BYTES = 64 * 2**20
-_BUDGET_S = 0.4  # per measurement; the whole probe stays well under 3 s
+_COPY_BYTES = 256 * 2**20
+_MEMORY_GEMV = 8192  # an [8192, 8192] float32 matrix: 256 MiB, past the caches
+_CACHE_GEMV = 1024  # a [1024, 1024] float32 matrix: 4 MiB, within them
+_OVERHEAD_CALLS = 200
+_BUDGET_S = 0.4  # per measurement; the whole probe takes about 4 s (its first use only: then cached)
 # Probe results that could not be written to their cache file, by that file's path.
 _in_memory: dict[str, dict] = {}
 
@@ -41,24 +54,48 @@ def _best_rate(work: float, run, budget_s: float = _BUDGET_S) -> float:
     return best
 
 
+def _gemv_rate(size: int) -> float:
+    """Bytes/s read by `F.linear` of one row over a [size, size] float32 weight."""
+    weight, row = torch.ones(size, size), torch.ones(1, size)
+    return _best_rate(4.0 * size * size, lambda: torch.nn.functional.linear(row, weight))
+
+
+def _overhead_s() -> float:
+    """Median seconds of an `nn.Linear(1, 1)` call on a [1, 1] input."""
+    layer, x = torch.nn.Linear(1, 1), torch.zeros(1, 1)
+    times = []
+    for _ in range(_OVERHEAD_CALLS):
+        tick = time.perf_counter()
+        layer(x)
+        times.append(time.perf_counter() - tick)
+    return statistics.median(times)
+
+
 def measure() -> dict:
     """Run the probe; returns a hardware entry (numbers as [value, source] pairs)."""
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((_MATMUL_SIZE, _MATMUL_SIZE), dtype=np.float32)
-    b = rng.standard_normal((_MATMUL_SIZE, _MATMUL_SIZE), dtype=np.float32)
-    out = np.empty_like(a)
-    flops_per_s = _best_rate(2.0 * _MATMUL_SIZE**3, lambda: np.matmul(a, b, out=out))
-    src = np.ones(_COPY_BYTES // 4, dtype=np.float32)
-    dst = np.empty_like(src)
-    bytes_per_s = _best_rate(2.0 * _COPY_BYTES, lambda: np.copyto(dst, src))
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    matmul_source = f"measured here {when}: numpy float32 matmul {_MATMUL_SIZE}^3, best of repeats"
-    copy_source = f"measured here {when}: numpy copy of 64 MiB (read + write), best of repeats"
+    with torch.inference_mode():
+        a, b = torch.randn(_MATMUL_SIZE, _MATMUL_SIZE), torch.randn(_MATMUL_SIZE, _MATMUL_SIZE)
+        out = torch.empty_like(a)
+        flops_per_s = _best_rate(2.0 * _MATMUL_SIZE**3, lambda: torch.matmul(a, b, out=out))
+        src = torch.ones(_COPY_BYTES // 4)
+        dst = torch.empty_like(src)
+        copy = _best_rate(2.0 * _COPY_BYTES, lambda: dst.copy_(src))
+        memory_gemv, cache_gemv = _gemv_rate(_MEMORY_GEMV), _gemv_rate(_CACHE_GEMV)
+        overhead = _overhead_s()
+    threads = torch.get_num_threads()
+    here = f"measured here {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} with torch, {threads} threads"
+    memory_source = (f"{here}: the better of a 256 MiB copy (read + write, {copy / 1e9:.3g} GB/s) and a "
+                     f"matrix-vector product over a 256 MiB float32 matrix ({memory_gemv / 1e9:.3g} GB/s), "
+                     "best of repeats")
     return {
-        "name": f"This machine (CPU, {os.cpu_count()} cores, numpy)",
+        "name": f"This machine (CPU, {os.cpu_count()} cores, torch)",
         "memory_bytes": [_memory_bytes(), "os.sysconf(SC_PHYS_PAGES * SC_PAGE_SIZE)"],
-        "memory_bandwidth_bytes_per_s": [bytes_per_s, copy_source],
-        "dense_flops_per_s": {"fp32": [flops_per_s, matmul_source]},
+        "memory_bandwidth_bytes_per_s": [max(copy, memory_gemv), memory_source],
+        "cache_bandwidth_bytes_per_s": [cache_gemv, f"{here}: a matrix-vector product over a 4 MiB float32 "
+                                                    "matrix, best of repeats"],
+        "op_overhead_s": [overhead, f"{here}: the median of {_OVERHEAD_CALLS} calls of nn.Linear(1, 1) on a "
+                                    "[1, 1] input"],
+        "dense_flops_per_s": {"fp32": [flops_per_s, f"{here}: float32 matmul {_MATMUL_SIZE}^3, best of repeats"]},
     }
 
 

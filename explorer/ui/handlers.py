@@ -14,6 +14,8 @@ import math
 
 import gradio as gr
 
+from explorer.analysis.measured import Scenario
+from explorer.analysis.precision import DTYPE_BITS
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, ExplorerError, PromptError, SamplingSettingsError, SessionStateError
 from explorer.figures.theme import empty_figure, plain_label
@@ -34,7 +36,10 @@ from explorer.ui.views import Visit, render
 # The handlers' inputs by component name (`explorer.ui.layout` wires them by these names), in order.
 PROMPT_INPUTS = ("model_choice", "custom_model", "prompt", "prompt_tokens", "use_chat_template", "system_prompt")
 SAMPLING_FIELDS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "seed", "max_new_tokens")  # settings_from
-VIEW_INPUTS = ("layer", "average", "hardware", "shown", "presenter", "zoom")  # step_outputs' view controls
+VIEW_INPUTS = ("layer", "average", "hardware", "shown", "presenter", "zoom", "what_if")  # step_outputs' view controls
+# the roofline's what-if controls, in `scenario_from` order
+WHAT_IF_FIELDS = ("wi_batch", "wi_context", "wi_tokens", "wi_weights", "wi_activations", "wi_kv", "wi_merged", "wi_fused",
+                  "wi_lm_head_all")
 SAMPLING_INPUTS = len(SAMPLING_FIELDS)
 EMPTY_VIEW = "Type a prompt and press Prefill."
 STEP_OUTPUTS = 6 + len(VIEWS)  # visit, status, token strip, text, step menu, layer slider, the views
@@ -255,12 +260,12 @@ def on_share_click(*values) -> str:
 
 @shows_errors
 def on_view_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-                   shown: str, presenter: bool = False, zoom: str | None = None):
+                   shown: str, presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
     """Redraw the view on screen for other view controls (attention the session did not keep is
     recomputed from its queries and KV cache, in the model queue)."""
     if not _open(visit):
         return tuple(gr.skip() for _ in VIEWS)
-    return _views(visit, _options(visit, step, layer, average_heads, hardware, presenter, zoom), shown)
+    return _views(visit, _options(visit, step, layer, average_heads, hardware, presenter, zoom, what_if), shown)
 
 
 def model_info(visit: Visit | None):
@@ -270,11 +275,11 @@ def model_info(visit: Visit | None):
 
 @shows_errors
 def on_step_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-                   shown: str, presenter: bool = False, zoom: str | None = None):
+                   shown: str, presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
     """Go to another step: its status line, its tokens outlined in the strip, the view on screen redrawn."""
     if not _open(visit):
         return tuple(gr.skip() for _ in range(2 + len(VIEWS)))
-    options = _options(visit, step, layer, average_heads, hardware, presenter, zoom)
+    options = _options(visit, step, layer, average_heads, hardware, presenter, zoom, what_if)
     return status_text(visit, options.step), _strip(visit, options.step), *_views(visit, options, shown)
 
 
@@ -283,20 +288,47 @@ def on_tab_select(view: str):
 
     @shows_errors
     def select(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-               presenter: bool = False, zoom: str | None = None):
+               presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
         if not _open(visit):
             return view, gr.skip()
-        return view, render(visit, _options(visit, step, layer, average_heads, hardware, presenter, zoom), view)
+        options = _options(visit, step, layer, average_heads, hardware, presenter, zoom, what_if)
+        return view, render(visit, options, view)
 
     return select
 
 
 @shows_errors
-def on_hardware_change(visit: Visit | None, step: int | None, hardware: str, presenter: bool = False):
+def on_hardware_change(visit: Visit | None, step: int | None, hardware: str, presenter: bool = False,
+                       what_if: Scenario | None = None):
     """Redraw the roofline on another machine."""
     if not _open(visit):
         return gr.skip()
-    return render(visit, _options(visit, step, 0, False, hardware, presenter), "roofline")
+    return render(visit, _options(visit, step, 0, False, hardware, presenter, what_if=what_if), "roofline")
+
+
+@shows_errors
+def on_what_if_change(visit: Visit | None, step: int | None, hardware: str, presenter: bool, *values):
+    """Redraw the roofline for the what-if controls' `values` (`WHAT_IF_FIELDS` order; an empty box
+    or "as run" keeps the step's own value); the model is not run. Returns (the scenario, for the
+    page's later redraws, and the roofline)."""
+    scenario = scenario_from(*values)
+    if not _open(visit):
+        return scenario, gr.skip()
+    return scenario, render(visit, _options(visit, step, 0, False, hardware, presenter, what_if=scenario), "roofline")
+
+
+def scenario_from(batch: float | None, context: float | None, tokens: float | None, weights: str | None,
+                  activations: str | None, kv: str | None, merged: bool, fused: bool, lm_head_all: bool) -> Scenario:
+    """The what-if controls as a `Scenario`: a count that is empty (or not a whole number >= 1)
+    and a format "as run" keep the step's own."""
+    def count(value) -> int | None:
+        return int(value) if isinstance(value, int | float) and math.isfinite(value) and value >= 1 else None
+
+    def fmt(value) -> str | None:
+        return value if value in DTYPE_BITS else None
+
+    return Scenario(count(batch), count(context), count(tokens), fmt(weights), fmt(activations), fmt(kv),
+                    bool(merged), bool(fused), bool(lm_head_all))
 
 
 def on_sampling_change(visit: Visit | None, step: int | None, *controls):
@@ -314,14 +346,15 @@ def on_sampling_change(visit: Visit | None, step: int | None, *controls):
 
 
 def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str,
-                 presenter: bool = False, zoom: str | None = None) -> tuple:
+                 presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None) -> tuple:
     """After a step: (visit, status, token strip, text, step menu, layer slider, *five views), the
     latest step shown, the view `shown` drawn and the others left as they are."""
     traces = visit.run.steps
     latest = len(traces) - 1
     n_layers = len(traces[0].kv)
     layer = _index(layer, 0, n_layers - 1)
-    options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom))
+    options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom),
+                          what_if or Scenario())
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
     return (visit, status_text(visit, latest), _strip(visit, latest), visit.run.text, steps,
             gr.update(maximum=n_layers - 1, value=layer), *_views(visit, options, shown))
@@ -357,7 +390,7 @@ def _step_summary(trace: StepTrace) -> str:
 
 
 def _replay_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str,
-                    presenter: bool = False, zoom: str | None = None) -> tuple:
+                    presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None) -> tuple:
     """`step_outputs` for a saved run, with all five views drawn rather than the one on screen: a run
     that cannot be drawn is refused here, before it becomes the page's session.
 
@@ -365,7 +398,7 @@ def _replay_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str
         ConfigError: a view cannot be drawn from the run (the schema should have refused it).
     """
     text_outputs = step_outputs(visit, layer, average_heads, hardware, "", presenter, zoom)[: -len(VIEWS)]
-    options = _options(visit, None, layer, average_heads, hardware, presenter, zoom)
+    options = _options(visit, None, layer, average_heads, hardware, presenter, zoom, what_if)
     return (*text_outputs, *(_drawn_or_message(visit, options, view) for view in VIEWS))
 
 
@@ -426,11 +459,12 @@ def _open(visit: Visit | None) -> bool:
 
 
 def _options(visit: Visit, step: int | None, layer: int, average_heads: bool, hardware: str,
-             presenter: bool = False, zoom: str | None = None) -> ViewOptions:
+             presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None) -> ViewOptions:
     latest = len(visit.run.steps) - 1
     step = _index(step, latest, latest)
     layer = _index(layer, 0, len(visit.run.steps[0].kv) - 1)
-    return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom))
+    scenario = what_if if isinstance(what_if, Scenario) else Scenario()
+    return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom), scenario)
 
 
 def _zoom(value: str | float | None) -> int | None:

@@ -14,6 +14,8 @@ from pathlib import Path
 import gradio as gr
 
 from explorer.analysis.hardware import THIS_MACHINE, hardware_names
+from explorer.analysis.measured import Scenario
+from explorer.analysis.precision import DTYPE_BITS
 from explorer.config import SamplingSettings
 from explorer.figures.theme import empty_figure
 from explorer.figures.views import VIEWS, ZOOM_TOKENS
@@ -22,7 +24,7 @@ from explorer.runner.loading import LoadedModel
 from explorer.runner.prompts import max_prompt_chars
 from explorer.ui import handlers
 from explorer.ui.export import remove_leftovers, size_text
-from explorer.ui.handlers import PROMPT_INPUTS, SAMPLING_FIELDS, VIEW_INPUTS, ServedHandlers
+from explorer.ui.handlers import PROMPT_INPUTS, SAMPLING_FIELDS, VIEW_INPUTS, WHAT_IF_FIELDS, ServedHandlers
 from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
 from explorer.ui.links import LINK_FIELDS, RANGES
 from explorer.ui.models import ModelRegistry
@@ -47,7 +49,7 @@ TITLE = ("**LLM Inference Explorer** · type a prompt, run the **prefill**, then
          '<span class="hint">Model, sampling, examples, presenter mode and export: the settings at the left '
          "(key **S**).</span>")
 # The page's own text follows presenter mode at once (the figures are redrawn on the server); the
-# presenter flag is the second-to-last input of a view change (then the zoom).
+# presenter flag is the third-to-last input of a view change (then the zoom and the what-if).
 # The figure of the selected tab, saved by plotly.js in the browser (named after its layout.meta).
 SAVE_SVG_JS = """() => {
   const figure = [...document.querySelectorAll('#views .js-plotly-plot')].find(e => e.offsetParent !== null);
@@ -55,9 +57,11 @@ SAVE_SVG_JS = """() => {
   const meta = figure.layout.meta || {};
   window.Plotly.downloadImage(figure, {format: 'svg', filename: `explorer-${meta.view}-step-${meta.step}`});
 }"""
-FILTERS = SAMPLING_FIELDS[:5]  # a change redraws the sampling view's preview
+FILTERS = SAMPLING_FIELDS[:5]
+AS_RUN = "as run"  # a what-if format that keeps the step's own
+MAX_WHAT_IF_BATCH = 1024  # a change redraws the sampling view's preview
 EXAMPLE_FIELDS = ("prompt", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
-PRESENTER_JS = "(...values) => { document.body.classList.toggle('presenter', values[values.length - 2]); return values; }"
+PRESENTER_JS = "(...values) => { document.body.classList.toggle('presenter', values[values.length - 3]); return values; }"
 
 
 @functools.cache
@@ -96,7 +100,7 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
             gr.Markdown("### Settings", elem_id="settings-title")
             c |= _model_controls(app, loaded) | _sampling_controls(limits)
             _examples(c)
-            c |= _view_settings(loaded)
+            c |= _view_settings(loaded) | _what_if_controls()
             _lecture_tools(c, limits)
             gr.Markdown(SHORTCUTS, elem_id="shortcuts")
         gr.Markdown(TITLE, elem_id="title")
@@ -122,6 +126,7 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
                                    elem_id="layer-slider", scale=1, min_width=200)
             c["text"] = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=1,
                                    max_lines=2, scale=3, min_width=240)
+        c["what_if"] = gr.State(Scenario())  # the roofline's what-if, for every redraw of it
         c["tabs"], c["plots"] = _view_tabs()  # each by view
         _wire_model(c, app)
         _wire_steps(c, app)
@@ -232,6 +237,32 @@ def _view_tabs() -> tuple[dict[str, gr.Tab], dict[str, gr.Plot]]:
     return tabs, plots
 
 
+def _what_if_controls() -> dict[str, gr.components.Component]:
+    """The roofline's what-ifs, by name (`WHAT_IF_FIELDS`), in the settings (the figure keeps the
+    screen): an empty box or "as run" is the step's own."""
+    formats = [AS_RUN, *DTYPE_BITS]
+    # 0 or an empty box: the step's own (an empty Number box reaches the handler as 0)
+    number = {"precision": 0, "minimum": 0, "min_width": 90, "scale": 1, "placeholder": AS_RUN}
+    with gr.Accordion("Roofline what-ifs: batch, context, formats (no model run)", open=True, elem_id="what-if"):
+        with gr.Row():
+            controls = {
+                "wi_batch": gr.Number(None, label="batch B", maximum=MAX_WHAT_IF_BATCH, elem_id="what-if-batch",
+                                      **number),
+                "wi_context": gr.Number(None, label="decode n", elem_id="what-if-context", **number),
+                "wi_tokens": gr.Number(None, label="prefill T", elem_id="what-if-tokens", **number),
+            }
+        with gr.Row():
+            for name, label in (("weights", "weights"), ("activations", "activations"), ("kv", "KV cache")):
+                controls[f"wi_{name}"] = gr.Dropdown(formats, value=AS_RUN, label=label, elem_id=f"what-if-{name}",
+                                                     min_width=90, scale=1)
+        controls["wi_merged"] = gr.Checkbox(False, label="merged q/k/v and gate/up (as engines run them)",
+                                            elem_id="what-if-merged")
+        controls["wi_fused"] = gr.Checkbox(False, label="fused attention (FlashAttention)", elem_id="what-if-fused")
+        controls["wi_lm_head_all"] = gr.Checkbox(False, label="LM head on all positions",
+                                                 elem_id="what-if-lm-head-all")
+    return controls
+
+
 def _named(c: dict, names: tuple[str, ...]) -> list:
     """The components called `names`, in that order."""
     return [c[name] for name in names]
@@ -303,7 +334,7 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     the model queue)."""
     plots = _plots(c)
     view_inputs = _named(c, ("visit", "step", "layer", "average", "hardware"))
-    change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"]]
+    change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"], c["what_if"]]
     model_queue = {"concurrency_id": MODEL_QUEUE, "validator": app.validate_model_event}
     redraw = {**model_queue, "show_progress": "minimal"}
     c["step"].input(handlers.on_step_change, change_inputs, [c["status"], c["strip"], *plots], **redraw)
@@ -311,10 +342,15 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
         control.input(handlers.on_view_change, change_inputs, plots, **redraw)
     c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, **model_queue)
     for view in VIEWS:
-        c["tabs"][view].select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"]],
+        c["tabs"][view].select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"], c["what_if"]],
                                [c["shown"], c["plots"][view]], **model_queue)
-    c["hardware"].input(handlers.on_hardware_change, _named(c, ("visit", "step", "hardware", "presenter")),
+    c["hardware"].input(handlers.on_hardware_change, _named(c, ("visit", "step", "hardware", "presenter", "what_if")),
                         c["plots"]["roofline"])
+    # a what-if redraws the roofline from the cost model alone: no model run, so not in the model queue
+    what_if_inputs = [*_named(c, ("visit", "step", "hardware", "presenter")), *_named(c, WHAT_IF_FIELDS)]
+    for name in WHAT_IF_FIELDS:
+        c[name].change(handlers.on_what_if_change, what_if_inputs, [c["what_if"], c["plots"]["roofline"]],
+                       show_progress="hidden")
     sampling_inputs = [c["visit"], c["step"], *_named(c, SAMPLING_FIELDS), c["presenter"]]
     for name in FILTERS:
         c[name].input(handlers.on_sampling_change, sampling_inputs, c["plots"]["sampling"])

@@ -18,7 +18,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from explorer.analysis.hardware import THIS_MACHINE
-from explorer.analysis.measured import stop_costs
+from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
 from explorer.config import SamplingSettings
 from explorer.figures.views import ViewData, ViewOptions, draw
 from explorer.run import AttentionSource, Run, SavedAttention
@@ -97,7 +97,11 @@ def view_data(visit: Visit, options: ViewOptions, view: str, preview: SamplingSe
         return ViewData(run, attention=blocks)
     if view == "roofline" and run.spec is not None:
         steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
-        return ViewData(run, costs=tuple(run.costs(step) for step in steps),
+        executed = tuple(run.costs(step) for step in steps)
+        scenario = options.what_if
+        costs = tuple(scenario_costs(run.spec, own, scenario) for own in executed) if scenario.active else executed
+        return ViewData(run, costs=costs, executed=executed if scenario.active else (),
+                        sweeps=sweeps(run.spec, executed[-1], scenario, run.config.get("max_position_embeddings") or 4096),
                         hardware=resolve_hardware(options.hardware),
                         measured=_measured_on(visit, shown.device, options.hardware))
     if view == "sampling" and preview is not None and shown.logits is not None:

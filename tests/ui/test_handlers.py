@@ -260,3 +260,20 @@ def test_a_shape_only_model_without_a_tokenizer_asks_for_a_prompt_length_and_hid
     label, length, chat, system = app.on_model_select(served.registry.default_choice)
     assert label == gr.update(label="Prompt") and length == gr.update(visible=False)
     assert chat == system == gr.update(visible=True)
+
+
+def test_a_what_if_redraws_the_roofline_without_running_the_model(served):
+    visit, *_ = prefill(served)
+    handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    steps = visit.run.steps
+    scenario, figure = handlers.on_what_if_change(visit, 1, "h100-sxm", False, 64, 4096, None, "as run", "as run",
+                                                  "fp8", True, True, False)
+    assert visit.run.steps == steps  # no step was run
+    assert scenario == handlers.Scenario(batch=64, context=4096, kv="fp8", merged=True, fused=True)
+    assert figure.layout.title.text.startswith("What-if B = 64, n = 4,096, KV fp8, merged projections, fused attention, against")
+    # a later redraw of the roofline (its tab, another step) keeps the what-if
+    _, again = handlers.on_tab_select("roofline")(visit, 1, 1, False, "h100-sxm", False, "", scenario)
+    assert again.layout.title.text == figure.layout.title.text
+    cleared, plain = handlers.on_what_if_change(visit, 1, "h100-sxm", False, None, float("nan"), 0, "as run",
+                                                "bogus", "as run", False, False, False)
+    assert not cleared.active and plain.layout.title.text.startswith("Time lower bound: decode ≥ ")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from explorer.analysis.hardware import get_hardware, hardware_names, load_hardware_file
+from explorer.analysis.hardware import get_hardware, hardware_from_dict, hardware_names, load_hardware_file
 from explorer.analysis.hardware_catalogue import CATALOGUE
 from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.roofline import standard_what_ifs, step_roofline, what_if
@@ -121,4 +121,12 @@ def test_this_machine_is_probed_once_then_read_from_the_cache(tmp_path, monkeypa
 def test_the_real_probe_measures_positive_rates():
     entry = probe.measure()
     assert entry["dense_flops_per_s"]["fp32"][0] > 1e8
-    assert entry["memory_bandwidth_bytes_per_s"][0] > 1e8
+    assert entry["memory_bandwidth_bytes_per_s"][0] > 1e8 and entry["cache_bandwidth_bytes_per_s"][0] > 1e8
+    assert 0 < entry["op_overhead_s"][0] < 1e-3  # microseconds: a near-empty call
+    machine = hardware_from_dict("this-machine", entry)
+    assert machine.op_overhead_s == entry["op_overhead_s"][0] and "nn.Linear(1, 1)" in machine.sources["op_overhead_s"]
+
+
+def test_a_catalogue_entry_has_no_cache_roof_or_overhead():
+    h100 = get_hardware("h100-sxm")
+    assert h100.cache_bandwidth_bytes_per_s == 0 and h100.op_overhead_s == 0

@@ -143,8 +143,9 @@ def test_title_states_the_memory_bound_share_decode_first(figure):
     options = CostOptions(precision=Precision("fp32", "fp32", "fp32"))
     decode = step_roofline(LLAMA, Step.decode(DECODE_CONTEXT), H100, options)
     title = figure.layout.title.text
-    assert title.startswith(f"Time lower bound: decode {decode.memory_bound_fraction:.0%} memory-bound (of ")
-    assert " · prefill " in title
+    assert title.startswith("Time lower bound: decode ≥ ")
+    assert f"{decode.memory_bound_fraction:.0%} memory-bound; attention {decode.attention_fraction:.0%}" in title
+    assert "<br>prefill ≥ " in title
 
 
 def test_decode_none_draws_the_prefill_alone():
@@ -183,3 +184,26 @@ def test_measured_points_follow_new_wall_times_and_another_machine():
     attainable = [min(peak, c.arithmetic_intensity * a100.memory_bandwidth_bytes_per_s) for c in costs]
     scale = 1e12 if peak >= 1e12 else 1e9
     np.testing.assert_allclose(trace(other, "decode analytic").y, np.array(attainable) / scale, rtol=1e-6)
+
+
+def test_a_measured_overhead_is_a_third_roof_and_each_point_says_its_share_of_the_bound():
+    machine = dataclasses.replace(H100, op_overhead_s=5e-6, cache_bandwidth_bytes_per_s=3 * H100.memory_bandwidth_bytes_per_s)
+    prefill, decode = make_trace(LLAMA, "prefill"), make_trace(LLAMA, "decode")
+    fig = draw_roofline(LLAMA, prefill, decode, machine, 3, measured=True)
+    ceiling, costs = trace(fig, "decode overhead ceiling"), trace_costs(LLAMA, decode)
+    scale = 1e12  # the axis is in TFLOP/s
+    for name, y in zip(ceiling.customdata, ceiling.y, strict=True):
+        cost = next(c for c, _ in costs.measured if c.name == name)
+        launches = sum(1 for op in decode.ops if (op.name == name or op.name.endswith("." + name)) and op.wall_ms)
+        assert launches == costs.launches[name] == (1 if name in ("lm_head", "final_norm", "embed") else LLAMA.n_layers)
+        assert y == pytest.approx(cost.flops / (launches * 5e-6) / scale, rel=1e-5)
+    q_proj = list(trace(fig, "decode measured").customdata).index("attn.q_proj")
+    hover = trace(fig, "decode measured").hovertext[q_proj]
+    assert "lower bound " in hover and ": measured ×" in hover and "of the bandwidth" in hover
+    measured_time = trace(fig, "decode measured time")
+    wall_s = next(s for c, s in costs.measured if c.name == "attn.q_proj")
+    assert measured_time.x[list(measured_time.y).index("attn.q_proj")] == pytest.approx(wall_s * 1e6, rel=1e-5)
+    cache = trace(fig, "cache roof")
+    assert cache.y[0] / cache.x[0] == pytest.approx(3 * H100.memory_bandwidth_bytes_per_s / scale, rel=1e-5)
+    assert not [t for t in draw_roofline(LLAMA, prefill, decode, H100, 3, measured=True).data
+                if t.name.endswith(("overhead ceiling", "cache roof"))]  # a datasheet entry has neither
