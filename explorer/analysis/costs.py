@@ -123,12 +123,17 @@ def _linear(linear: Linear, layer: int, rows: int, options: CostOptions, matrice
 def attention_costs(spec: ModelSpec, layer: int, step: Step, options: CostOptions) -> list[OpCost]:
     """Projections, QK-norm, RoPE, cache write, scores, softmax, weighted sum and o_proj of one layer.
 
-    Each query attends to n_keys = min(n, window) keys (n for full attention): the full [T, n_keys]
-    rectangle, as eager attention and SDPA's math path compute it (a causal kernel that skips the
-    masked half of a prefill does about half the score FLOPs).
+    Each query attends to n_keys keys, the full [T, n_keys] rectangle, as eager attention and SDPA's
+    math path compute it (a causal kernel that skips the masked half of a prefill does about half
+    the score FLOPs). In a sliding-window layer a decode step's cache holds min(n, window)
+    positions, but a prefill's eager attention still computes all T x T scores and masks those
+    outside the window (what the trace records), so n_keys = n there; a fused kernel
+    (`fused_attention`, FlashAttention's window) skips them: n_keys = min(n, window).
     """
     p, b, t = options.precision, step.batch, step.tokens
-    keys = min(step.context, spec.window(layer) or step.context)
+    window = spec.window(layer)
+    skips_outside = step.stage == "decode" or options.fused_attention  # the cache, or the kernel, keeps w
+    keys = min(step.context, window) if window and skips_outside else step.context
     linears = attention_linears(spec, options.merged_projections)
     costs = []
     for linear in linears[:-1]:

@@ -578,7 +578,7 @@ def _hover_trace(nodes: dict[str, Node], stages: Stages, tied: bool) -> dict:
 
 def _hover(key: str, stages: Stages, tied: bool) -> str:
     """A node's shape equation in symbols (coloured) and in numbers per step, its FLOPs and bytes
-    (computed), its wall time (measured), and what inference engines do there."""
+    (estimated by the cost model), its wall time (measured), and what inference engines do there."""
     if key == "kv_cache":
         return _kv_hover(stages)
     if key.startswith("W:"):
@@ -623,7 +623,7 @@ def _cost_text(key: str, index: int, stages: Stages) -> str:
     cost = stages.costs[index].get(key) if index < len(stages.costs) else None
     if cost is None:
         return "no arithmetic" if stages.costs else "cost not modelled for this family"
-    return f"computed: {si_text(cost.flops, 'FLOP')}, {si_text(cost.bytes, 'B')} moved"
+    return f"estimated (cost model): {si_text(cost.flops, 'FLOP')}, {si_text(cost.bytes, 'B')} moved"
 
 
 def _wall_text(op: OpRecord | None, trace: StepTrace) -> str:

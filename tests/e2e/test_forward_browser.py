@@ -90,7 +90,9 @@ def presenter(page) -> None:
     page.locator("body").click(position={"x": 640, "y": 8})  # focus outside the text fields
     page.keyboard.press("s")
     page.locator("#presenter-mode input").check()
+    page.locator("body").click(position={"x": 1200, "y": 8})  # out of the checkbox, or the key is typed into it
     page.keyboard.press("s")
+    page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().right <= 0")
 
 
 def test_the_forward_pass_is_the_first_view_with_the_measured_shapes(open_app):
@@ -124,6 +126,12 @@ def test_presenter_mode_draws_the_same_diagram_larger(open_app):
     sizes = page.evaluate("() => [...document.querySelectorAll('#forward-plot .js-plotly-plot text')]"
                           ".map(t => parseFloat(getComputedStyle(t).fontSize)).filter(Boolean)")
     assert max(sizes) >= 20  # the title, 1.5 times larger
+    page.locator("body").click(position={"x": 1200, "y": 8})
+    page.keyboard.press("s")  # the settings open beside it: the diagram keeps its width and scrolls
+    page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().left >= 0")
+    width, box = page.locator("#forward-plot .js-plotly-plot").evaluate(
+        "g => [g.getBoundingClientRect().width, g.parentElement.closest('#forward-plot').clientWidth]")
+    assert width >= 1220 and box < width
 
 
 @pytest.mark.parametrize("mode", ["normal", "presenter"])

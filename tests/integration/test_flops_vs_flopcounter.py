@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from explorer.analysis.costs import step_costs  # noqa: E402
-from explorer.analysis.records import Step  # noqa: E402
+from explorer.analysis.records import CostOptions, Step  # noqa: E402
 from explorer.analysis.spec import ModelSpec  # noqa: E402
 
 COMMON = dict(vocab_size=97, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
@@ -65,3 +65,21 @@ def test_prefill_and_decode_matmul_flops_equal_flop_counter(family, batch, token
         decode = _counted_flops(lambda: model(next_ids, cache=cache, use_cache=True, logits_to_keep=1))
     assert prefill == _analytic_matmul_flops(spec, Step.prefill(tokens, batch))
     assert decode == _analytic_matmul_flops(spec, Step.decode(tokens + 1, batch))
+
+
+def test_a_windowed_prefill_counts_the_full_rectangle_eager_computes():
+    """Mistral with a 4-token sliding window on a 7-token prompt: eager attention computes all 7 x 7
+    scores and masks those outside the window, so the cost model counts 7 keys per query (not 4),
+    as FlopCounterMode counts; a fused kernel (the what-if) skips the scores outside the window."""
+    config = transformers.AutoConfig.for_model("mistral", **{**COMMON, "sliding_window": 4})
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    spec = ModelSpec.from_hf_config(config.to_dict())
+    ids = torch.randint(0, 97, (1, 7))
+    with torch.inference_mode():
+        cache = transformers.DynamicCache(config=config)
+        prefill = _counted_flops(lambda: model(ids, cache=cache, use_cache=True, logits_to_keep=1))
+    assert spec.window(0) == 4
+    assert prefill == _analytic_matmul_flops(spec, Step.prefill(7))
+    windowed = sum(c.matmul_flops for c in step_costs(spec, Step.prefill(7), CostOptions(fused_attention=True)))
+    assert windowed < prefill  # a fused kernel skips the scores outside the window

@@ -107,6 +107,13 @@ def test_sliding_window_caps_keys_attended():
     assert ops["attn.scores"].kv_read_bytes == 32 * 4096 * 8 * 128 * 2
 
 
+def test_a_windowed_prefill_counts_what_eager_computes_and_a_fused_kernel_skips_the_rest():
+    spec, step = spec_of("mistral-7b"), Step.prefill(8192)  # window 4,096
+    eager, fused = by_op(spec, step)["attn.scores"], by_op(spec, step, fused_attention=True)["attn.scores"]
+    assert eager.flops == 32 * 2 * 32 * 8192 * 8192 * 128  # 17,592 GFLOP: the full T x T rectangle
+    assert fused.flops == 32 * 2 * 32 * 8192 * 4096 * 128  # 8,796 GFLOP: the window only
+
+
 def test_moe_experts_process_k_rows_per_token_and_read_the_experts_touched():
     spec, step = ModelSpec.from_hf_config(QWEN3_30B_A3B), Step.decode(1000, batch=1)
     ops = by_op(spec, step)
