@@ -21,18 +21,19 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from explorer.analysis.records import OpCost
-from explorer.figures.dims import DIM_COLOURS, coloured
-from explorer.figures.stop_docs import ENGINE_NOTES, STOP_DOCS, weight_shape
-from explorer.figures.theme import (
-    DECODE_COLOUR,
-    PREFILL_COLOUR,
-    base_layout,
-    plain_label,
-    set_layout,
-    si_text,
-    visible_piece,
+from explorer.figures.dims import DIM_COLOURS
+from explorer.figures.forward_text import (
+    DECODE_TEXT,
+    PREFILL_TEXT,
+    Stages,
+    dimension_values,
+    escaped,
+    node_hover,
+    node_label,
+    stage_title,
 )
-from explorer.journey import shape_text, step_label
+from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, set_layout
+from explorer.journey import step_label
 from explorer.stops import parse_stop_name
 from explorer.trace import OpRecord, StepTrace
 
@@ -54,12 +55,8 @@ PARALLEL_SLOTS = {"attn.q_proj": 3, "attn.k_proj": 2, "attn.v_proj": 1, "attn.q_
 PARALLEL_GROUPS = {"attn.q_proj": "qkv", "attn.k_proj": "qkv", "attn.v_proj": "qkv", "attn.q_norm": "qk_norm",
                    "attn.k_norm": "qk_norm", "mlp.gate_proj": "gate_up", "mlp.up_proj": "gate_up"}
 RESIDUALS = ("attn_residual", "mlp_residual")
-SHORT_NAMES = {"tokenize": "token ids", "attn.kv_cache_write": "KV write", "attn.split_heads": "split heads",
-               "attn.merge_heads": "merge heads", "attn.gqa_expand": "GQA", "attn.weighted_sum": "P·V",
-               "attn.scores": "scores", "final_norm": "final norm"}
 WEIGHT_FILL = "#ececec"
-TIED_FILL = "#e4dcf3"
-PREFILL_FILL, PREFILL_TEXT, DECODE_TEXT = "#d6e6f5", "#0b4f8a", "#9a3a00"
+PREFILL_FILL = "#d6e6f5"
 EDGE_COLOUR, SPINE_COLOUR, FRAME_COLOUR = "#9a9a9a", "#c9c9c9", "#6e7781"
 
 
@@ -92,22 +89,6 @@ class Node:
     y: float
     row: int
     w: float
-
-
-@dataclass(frozen=True)
-class Stages:
-    """The traces drawn: the prefill and the shown decode step (None while the prefill is shown), with
-    each one's stops by name and the analytic costs of the shown layer's stops (empty: not known)."""
-
-    prefill: StepTrace
-    decode: StepTrace | None
-    prefill_ops: dict[str, OpRecord]
-    decode_ops: dict[str, OpRecord]
-    costs: tuple[dict[str, OpCost], ...]
-
-    @property
-    def traces(self) -> list[StepTrace]:
-        return [self.prefill] if self.decode is None else [self.prefill, self.decode]
 
 
 def forward_figure(prefill: StepTrace, decode: StepTrace | None, layer: int, n_layers: int,
@@ -157,8 +138,8 @@ def forward_figure(prefill: StepTrace, decode: StepTrace | None, layer: int, n_l
               "shapes": _frames(rows, nodes), "showlegend": False, "hovermode": "closest",
               "annotations": _notes(nodes, stages, n_layers, width, top)}
     fig = go.Figure(data=data, layout=layout)
-    title = (f"Forward pass, layer {layer} of {n_layers}: {_stage_title(prefill)}"
-             + (f" beside {_stage_title(decode)}" if decode else ""))
+    title = (f"Forward pass, layer {layer} of {n_layers}: {stage_title(prefill)}"
+             + (f" beside {stage_title(decode)}" if decode else ""))
     base_layout(fig, "forward", decode.step_index if decode else 0, title,
                 height=round((top - bottom + 0.7) * SLOT_PX) + 100)
     # a light hover label: the dimension symbols keep their colours (they are dark)
@@ -208,7 +189,7 @@ def _column(stops: tuple[str, ...], branch: str, stages: Stages, tied: bool) -> 
 
 def _label_chars(key: str, stages: Stages, tied: bool) -> int:
     """The longest line of a node's label, in characters (the label without its markup)."""
-    text = _label(key, stages, tied)
+    text = node_label(key, stages, tied)
     return max(len(re.sub(r"<[^>]+>", "", line)) for line in text.split("<br>"))
 
 
@@ -306,7 +287,7 @@ def _boxes(nodes: dict[str, Node], stages: Stages, tied: bool) -> list[dict]:
     tied_stops = [key[2:] for key in weights if tied and key in ("W:embed", "W:lm_head")]
     traces = [{"type": "scatter", "name": "weights", "x": wx, "y": wy, "mode": "lines", "fill": "toself",
                "fillcolor": WEIGHT_FILL, "line": {"color": "#8c959f", "width": 1}, "hoverinfo": "skip",
-               "meta": {"stops": _escaped(key[2:] for key in weights), "tied": tied_stops}}]
+               "meta": {"stops": escaped(key[2:] for key in weights), "tied": tied_stops}}]
     full_rows = len(stages.prefill.input_ids)
     for trace, ops, fill, line in ((stages.prefill, stages.prefill_ops, PREFILL_FILL, PREFILL_COLOUR),
                                    (stages.decode, stages.decode_ops, DECODE_COLOUR, DECODE_COLOUR)):
@@ -320,13 +301,8 @@ def _boxes(nodes: dict[str, Node], stages: Stages, tied: bool) -> list[dict]:
             ys += y
         traces.append({"type": "scatter", "name": step_label(trace), "x": xs, "y": ys, "mode": "lines",
                        "fill": "toself", "fillcolor": fill, "line": {"color": line, "width": 1},
-                       "hoverinfo": "skip", "meta": {"rows": len(trace.input_ids), "stops": _escaped(drawn)}})
+                       "hoverinfo": "skip", "meta": {"rows": len(trace.input_ids), "stops": escaped(drawn)}})
     return traces
-
-
-def _escaped(keys) -> list[str]:
-    """Node keys as a figure carries them: escaped (a saved run's stop names are its author's text)."""
-    return [plain_label(key) for key in keys]
 
 
 def _is_plus(key: str) -> bool:
@@ -494,158 +470,19 @@ def _labels(nodes: dict[str, Node], stages: Stages, tied: bool) -> dict:
         keys.append(key)
         xs.append(node.x)
         ys.append(node.y + (0.05 if key in stages.prefill_ops else 0.0))
-        texts.append(_label(key, stages, tied))
+        texts.append(node_label(key, stages, tied))
     return {"type": "scatter", "name": "labels", "x": xs, "y": ys, "mode": "text", "text": texts,
-            "customdata": _escaped(keys), "textposition": "middle center", "hoverinfo": "skip",
+            "customdata": escaped(keys), "textposition": "middle center", "hoverinfo": "skip",
             "textfont": {"family": "ui-monospace, Menlo, Consolas, monospace", "size": 10, "color": "#24292f"}}
-
-
-def _label(key: str, stages: Stages, tied: bool) -> str:
-    if key == "kv_cache":
-        layer = _layer(stages)
-        lengths = [f'<span style="color:{colour}">n={trace.kv[layer].key_shape[2]}</span>'
-                   for trace, colour in zip(stages.traces, (PREFILL_TEXT, DECODE_TEXT), strict=False)]
-        return "<b>KV cache</b> " + " ".join(lengths) + "<br><br><br>"
-    if key.startswith("W:"):
-        stop = key[2:]
-        op = stages.prefill_ops[stop]
-        symbol = _weight_symbol(stop)
-        if tied and stop in ("embed", "lm_head"):
-            symbol += " (tied)"
-        return f"<b>{symbol}</b><br>{_compact(weight_shape(op, _vocab(stages.prefill)))}"
-    lines = [f"<b>{plain_label(_short(key))}</b>"]
-    for ops, colour in ((stages.prefill_ops, PREFILL_TEXT), (stages.decode_ops, DECODE_TEXT)):
-        op = ops.get(key)
-        if ops is stages.decode_ops and stages.decode is None:
-            continue
-        lines.append(f'<span style="color:{colour}">{plain_label(_output_text(key, op, stages, ops))}</span>')
-    return "<br>".join(lines)
-
-
-def _output_text(key: str, op: OpRecord | None, stages: Stages, ops: dict[str, OpRecord]) -> str:
-    """A node's measured output, compact: "[1,35,576]", equal outputs once with "×2", unequal ones as
-    the first (q's) and "…" (the hover has them all); the token piece at detokenize; the ids a decode step feeds at tokenize."""
-    if key == "detokenize":
-        trace = stages.prefill if ops is stages.prefill_ops else stages.decode
-        return repr(visible_piece(trace.token_text, 10))
-    if op is None:
-        embed = ops["embed"]
-        return f"{_compact(embed.input_shapes[0])} fed"
-    shapes = op.output_shapes
-    if len(shapes) > 1 and all(shape == shapes[0] for shape in shapes):
-        return f"{_compact(shapes[0])}×{len(shapes)}"
-    return _compact(shapes[0]) + ("…" if len(shapes) > 1 else "")
-
-
-def _compact(shape: list[int] | None) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]" if shape else "text"
-
-
-def _short(key: str) -> str:
-    relative = parse_stop_name(key)[1]
-    return SHORT_NAMES.get(relative, relative.split(".")[-1])
-
-
-def _weight_symbol(stop: str) -> str:
-    """"W_q" for q_proj, "γ" for a norm, "E" for the embedding (from the stop docs' weight symbols)."""
-    return _doc(stop)[2].split(" ")[0]
-
-
-def _doc(stop: str) -> tuple[str, str, str]:
-    """(formula, shapes in symbols, weight in symbols) of a stop; a stop the docs do not know (a saved
-    run's own name) has none, and its weight is "W"."""
-    formula, symbols, weight = STOP_DOCS.get(parse_stop_name(stop)[1], ("", "", None))
-    return formula, symbols, weight or "W"
-
-
-def _layer(stages: Stages) -> int:
-    """The layer drawn."""
-    return next(op.layer for op in stages.prefill_ops.values() if op.layer is not None)
-
-
-def _vocab(trace: StepTrace) -> int:
-    return trace.op("lm_head").output_shapes[0][-1]
 
 
 def _hover_trace(nodes: dict[str, Node], stages: Stages, tied: bool) -> dict:
     """Invisible markers over the nodes carrying each node's hover (shown on a click too)."""
     keys = list(nodes)
     return {"type": "scatter", "name": "nodes", "x": [nodes[k].x for k in keys], "y": [nodes[k].y for k in keys],
-            "mode": "markers", "customdata": _escaped(keys), "hovertext": [_hover(key, stages, tied) for key in keys],
+            "mode": "markers", "customdata": escaped(keys), "hovertext": [node_hover(key, stages, tied) for key in keys],
             "hovertemplate": "%{hovertext}<extra></extra>",
             "marker": {"size": 34, "symbol": "square", "color": "rgba(0,0,0,0)"}}
-
-
-def _hover(key: str, stages: Stages, tied: bool) -> str:
-    """A node's shape equation in symbols (coloured) and in numbers per step, its FLOPs and bytes
-    (estimated by the cost model), its wall time (measured), and what inference engines do there."""
-    if key == "kv_cache":
-        return _kv_hover(stages)
-    if key.startswith("W:"):
-        stop = key[2:]
-        shape = weight_shape(stages.prefill_ops[stop], _vocab(stages.prefill))
-        symbols = _doc(stop)[2]
-        note = "<br>the same matrix as the LM head's (tied embeddings)" if tied and stop in ("embed", "lm_head") else ""
-        return (f"<b>weight of {plain_label(stop)}</b><br>{coloured(symbols)} = {shape_text(shape)}<br>"
-                f"read in full at every step, whatever T is{note}")
-    relative = parse_stop_name(key)[1]
-    formula, symbols, weight_symbols = STOP_DOCS.get(relative, ("", "", None))  # no weight: no "· Wᵀ"
-    lines = [f"<b>{plain_label(key)}</b> ({plain_label(stages.prefill_ops[key].kind)}): {formula}",
-             "symbols: " + coloured(_equation(symbols, weight_symbols))]
-    for index, (trace, ops) in enumerate(((stages.prefill, stages.prefill_ops), (stages.decode, stages.decode_ops))):
-        if trace is None:
-            continue
-        lines.append(f"{step_label(trace)}: {_numbers(ops.get(key), stages, weight_symbols)}")
-        lines.append("    " + _cost_text(key, index, stages) + " · " + _wall_text(ops.get(key), trace))
-    lines.append(f"<i>engines: {ENGINE_NOTES.get(relative, '')}</i>")
-    return "<br>".join(lines)
-
-
-def _equation(symbols: str, weight_symbols: str | None) -> str:
-    """"[B, T, d] · W_q [h_q·d_h, d]ᵀ → [B, T, h_q·d_h]" for a GEMM; the shapes in symbols otherwise."""
-    if not weight_symbols or "→" not in symbols or weight_symbols.startswith(("γ", "E")):
-        return symbols
-    inputs, outputs = symbols.split(" → ", 1)
-    return f"{inputs} · {weight_symbols}ᵀ → {outputs}"
-
-
-def _numbers(op: OpRecord | None, stages: Stages, weight_symbols: str | None) -> str:
-    if op is None:
-        return "not run in this step"
-    inputs = " ".join(shape_text(shape) for shape in op.input_shapes) or "text"
-    outputs = " ".join(shape_text(shape) for shape in op.output_shapes) or "text"
-    if op.kind == "gemm" and weight_symbols:
-        return f"{inputs} · {shape_text(weight_shape(op, _vocab(stages.prefill)))}ᵀ → {outputs}"
-    return f"{inputs} → {outputs}"
-
-
-def _cost_text(key: str, index: int, stages: Stages) -> str:
-    cost = stages.costs[index].get(key) if index < len(stages.costs) else None
-    if cost is None:
-        return "no arithmetic" if stages.costs else "cost not modelled for this family"
-    return f"estimated (cost model): {si_text(cost.flops, 'FLOP')}, {si_text(cost.bytes, 'B')} moved"
-
-
-def _wall_text(op: OpRecord | None, trace: StepTrace) -> str:
-    if trace.shape_only:
-        return "not timed (shape-only: no kernel ran)"
-    if op is None or op.wall_ms is None:
-        return "no kernel (a view)"
-    return f"measured: {op.wall_ms:.2f} ms (one run; noisy)"
-
-
-def _kv_hover(stages: Stages) -> str:
-    lines = ["<b>KV cache</b> of this layer: K and V of every position so far, " + coloured("[B, h_kv, n, d_h]") + " ×2"]
-    layer = _layer(stages)
-    for trace in stages.traces:
-        kv = trace.kv[layer]
-        window = f" (a sliding window: the context is {trace.context_length})" if \
-            kv.key_shape[2] < trace.context_length else ""
-        lines.append(f"after {step_label(trace)}: n = {kv.key_shape[2]}{window}, {shape_text(kv.key_shape)} ×2, "
-                     f"{si_text(kv.key_bytes + kv.value_bytes, 'B')}")
-    lines.append("a decode step writes one position and reads all n")
-    lines.append(f"<i>engines: {ENGINE_NOTES['attn.kv_cache_write']}</i>")
-    return "<br>".join(lines)
 
 
 def _frames(rows: list[list[Column]], nodes: dict[str, Node]) -> list[dict]:
@@ -681,25 +518,9 @@ def _notes(nodes: dict[str, Node], stages: Stages, n_layers: int, width: float, 
         key.append(f'<span style="color:{DECODE_TEXT}">■ {step_label(stages.decode)}: '
                    f"{len(stages.decode.input_ids)} row</span>")
     key.append('<span style="color:#57606a">■ weights: the same every step</span>')
-    notes.append({"text": " · ".join(key) + " · " + _dimension_values(stages), "x": 0, "y": 0,
+    notes.append({"text": " · ".join(key) + " · " + dimension_values(stages), "x": 0, "y": 0,
                   "xref": "paper", "yref": "paper", "xanchor": "left", "yanchor": "top", "yshift": -6,
                   "showarrow": False, "font": {"size": 12}, "align": "left"})
     return notes
 
 
-
-def _dimension_values(stages: Stages) -> str:
-    """"B=1 T=35 n=35 d=576 ...", each symbol in its colour, read from the measured shapes."""
-    trace = stages.decode or stages.prefill
-    ops = stages.decode_ops or stages.prefill_ops
-    split = next(op for name, op in ops.items() if name.endswith("attn.split_heads"))
-    act = next(op for name, op in ops.items() if name.endswith("mlp.act"))
-    q_shape, kv_shape = split.output_shapes[0], split.output_shapes[-1]
-    values = {"B": q_shape[0], "T": len(trace.input_ids), "n": trace.context_length,
-              "d": ops["embed"].output_shapes[0][-1], "h_q": q_shape[1], "h_kv": kv_shape[1], "d_h": q_shape[-1],
-              "d_ff": act.output_shapes[0][-1], "V": _vocab(trace)}
-    return " ".join(coloured(symbol) + f"={value}" for symbol, value in values.items())
-
-
-def _stage_title(trace: StepTrace) -> str:
-    return f"{step_label(trace)} (T={len(trace.input_ids)}, n={trace.context_length})"
