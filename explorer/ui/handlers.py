@@ -347,7 +347,7 @@ def on_sampling_change(visit: Visit | None, step: int | None, *controls):
 
 def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str,
                  presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None) -> tuple:
-    """After a step: (visit, status, token strip, text, step menu, layer slider, *five views), the
+    """After a step: (visit, status, token strip, text, step menu, layer slider, *one per view), the
     latest step shown, the view `shown` drawn and the others left as they are."""
     traces = visit.run.steps
     latest = len(traces) - 1
@@ -391,7 +391,7 @@ def _step_summary(trace: StepTrace) -> str:
 
 def _replay_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str,
                     presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None) -> tuple:
-    """`step_outputs` for a saved run, with all five views drawn rather than the one on screen: a run
+    """`step_outputs` for a saved run, with every view drawn rather than the one on screen: a run
     that cannot be drawn is refused here, before it becomes the page's session.
 
     Raises:
@@ -415,7 +415,7 @@ def _drawn_or_message(visit: Visit, options: ViewOptions, view: str):
 
 
 def _views(visit: Visit, options: ViewOptions, shown: str) -> tuple:
-    """The five plot outputs: the figure of the view on screen, `gr.skip()` for the others."""
+    """The plot outputs, one per view: the figure of the view on screen, `gr.skip()` for the others."""
     return tuple(render(visit, options, view) if view == shown else gr.skip() for view in VIEWS)
 
 
