@@ -11,10 +11,11 @@ stays a lower bound.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from explorer.analysis.costs import step_costs, step_total, totals_by_op
 from explorer.analysis.hardware import Hardware
+from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import Precision
 from explorer.analysis.records import CostOptions, OpCost, Step
 from explorer.analysis.spec import ModelSpec
@@ -172,14 +173,14 @@ class WhatIf:
 
 def what_if(spec: ModelSpec, step: Step, hardware: Hardware, options: CostOptions, *, kv: str | None = None,
             weights: str | None = None, batch: int | None = None, context: int | None = None) -> StepRoofline:
-    """The step's roofline with the KV format, weight format, batch or context changed."""
-    precision = replace(options.precision, **{k: v for k, v in (("kv", kv), ("weights", weights)) if v})
-    tokens = step.tokens
-    new_context = context if context is not None else step.context
-    if step.stage == "prefill" and context is not None:
-        tokens = new_context
-    new_step = Step(step.stage, batch or step.batch, tokens, new_context)
-    return step_roofline(spec, new_step, hardware, replace(options, precision=precision))
+    """The step's roofline with the KV format, weight format, batch or context changed (a prefill's
+    context is its prompt length), `options`' engine choices kept."""
+    prefill = step.stage == "prefill"
+    scenario = Scenario(batch=batch, context=None if prefill else context, tokens=context if prefill else None,
+                        weights=weights, kv=kv, merged=options.merged_projections, fused=options.fused_attention,
+                        lm_head_all=options.lm_head_all_positions)
+    new_step, new_options = scenario.applied(step, options.precision)
+    return step_roofline(spec, new_step, hardware, new_options)
 
 
 def standard_what_ifs(spec: ModelSpec, step: Step, hardware: Hardware,

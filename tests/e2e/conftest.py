@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +54,33 @@ def new_page(browser):
     yield open_page
     for context in contexts:
         context.close()  # a no-op for one the test closed itself
+
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"  # the browser tests' screenshots
+
+
+@pytest.fixture(scope="module")
+def embedded_app_url(embedded_model):
+    """The app on the embedded model with the local limits, served once per test module."""
+    from served_app import serving
+
+    from explorer.ui.hosting import LOCAL
+
+    with serving(embedded_model, LOCAL) as (url, _):
+        yield url
+
+
+@pytest.fixture
+def open_app(new_page, embedded_app_url):
+    """`open_app(width=1280, height=720, query="", **context_options)`: this test's own freshly loaded
+    page of the embedded app, once its prompt box shows (a module may define its own `open_app`)."""
+    from playwright.sync_api import expect
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+
+    def open_page(width: int = 1280, height: int = 720, query: str = "", **context_options):
+        page = new_page(embedded_app_url + query, width, height, 60_000, **context_options)
+        expect(page.locator("#prompt-box textarea")).to_be_visible()
+        return page
+
+    return open_page

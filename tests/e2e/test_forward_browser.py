@@ -14,9 +14,6 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
-from served_app import serving
-
-from explorer.ui.hosting import LOCAL
 
 pytestmark = pytest.mark.real_model
 
@@ -38,25 +35,6 @@ READ_FORWARD = """() => {
           labels: labels ? Object.fromEntries(labels.customdata.map((k, i) => [k, labels.text[i]])) : {},
           notes: (g.layout.annotations || []).map(a => a.name === 'pinned' ? 'PINNED ' + a.text : '')};
 }"""
-
-
-@pytest.fixture(scope="module")
-def app_url(embedded_model):
-    with serving(embedded_model, LOCAL) as (url, _):
-        yield url
-
-
-@pytest.fixture
-def open_app(new_page, app_url):
-    """`open_app(width=1280, height=720)`: this test's own freshly loaded page."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-
-    def open_page(width: int = 1280, height: int = 720):
-        page = new_page(app_url, width, height, TIMEOUT_MS)
-        expect(page.locator("#prompt-box textarea")).to_be_visible()
-        return page
-
-    return open_page
 
 
 def forward(page, step: int) -> dict:

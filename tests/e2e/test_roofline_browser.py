@@ -9,9 +9,6 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
-from served_app import serving
-
-from explorer.ui.hosting import LOCAL
 
 pytestmark = pytest.mark.real_model
 
@@ -27,15 +24,8 @@ READ_ROOFLINE = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def app_url(embedded_model):
-    with serving(embedded_model, LOCAL) as (url, _):
-        yield url
-
-
-def test_the_batch_what_if_moves_the_points_without_a_model_run(new_page, app_url):
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page = new_page(app_url, 1920, 1080, TIMEOUT_MS)
+def test_the_batch_what_if_moves_the_points_without_a_model_run(open_app):
+    page = open_app(1920, 1080)
     page.locator("#prefill-btn").click()
     expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
     page.locator("#decode-btn").click()

@@ -14,9 +14,6 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
-from served_app import serving
-
-from explorer.ui.hosting import LOCAL
 
 pytestmark = pytest.mark.real_model
 
@@ -68,25 +65,6 @@ CONTRAST = """e => {
   const [hi, lo] = [luminance(shown), luminance(background)].sort((a, b) => b - a);
   return {contrast: (hi + 0.05) / (lo + 0.05), text: getComputedStyle(e).color, background: background.slice(0, 3)};
 }"""
-
-
-@pytest.fixture(scope="module")
-def app_url(embedded_model):
-    with serving(embedded_model, LOCAL) as (url, _):
-        yield url
-
-
-@pytest.fixture
-def open_app(new_page, app_url):
-    """`open_app(width, height, query="", **context_options)`: this test's own freshly loaded page."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-
-    def open_page(width: int, height: int, query: str = "", **context_options):
-        page = new_page(app_url + query, width, height, TIMEOUT_MS, **context_options)
-        expect(page.locator("#prompt-box textarea")).to_be_visible()
-        return page
-
-    return open_page
 
 
 def prefill(page) -> None:
