@@ -1,27 +1,46 @@
 """The attention view: one layer's causal attention probabilities, one heatmap per query head.
 
 Query heads that share a KV head (GQA) sit together, and each panel says which KV head it reads.
-Rows are queries in step order (the prefill's T rows, then one row per decode step, newest at the
-bottom); columns are keys. Above the causal diagonal nothing is drawn.
+Rows are queries (destination tokens) in step order (the prefill's T rows, then one row per decode
+step, newest at the bottom); columns are keys (source tokens). Above the causal diagonal nothing is
+drawn. The colour is p ** `GAMMA`, so that weights of 0.001 still show; the hover gives p itself,
+the stored float32 value: the heatmaps' z are the probabilities (or their pooled sums), and only
+the colour scale is bent. A long matrix is pooled into blocks of tokens; a zoom window is drawn at
+full resolution, with the weight its rows put on keys before it as a column at its left.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from itertools import pairwise
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 
-from explorer.figures.dims import coloured
-from explorer.figures.theme import HIGHLIGHT_COLOUR, axis_key, base_layout, plain_label, subplot_grid, visible_piece
+from explorer.figures.attention_labels import (
+    H_SPACING,
+    TITLE_ASCENT_PX,
+    TITLE_TOP_PX,
+    PanelGeometry,
+    block_labels,
+    cell_hover,
+    figure_title,
+    fitted_ticks,
+    outside_hover,
+    panel_geometry,
+)
+from explorer.figures.theme import HIGHLIGHT_COLOUR, PRESENTER_SCALE, axis_key, base_layout, set_layout, subplot_grid
 
-MAX_TICKS = 40  # token labels per axis before thinning
-TICK_PX = 13  # room one 10 px tick label needs
 MAX_CELLS = 24_000  # heatmap cells per figure: ~128 KB of base64 float32
 MASKED_COLOUR = "#e8e8e8"  # behind NaN cells: the masked (future) keys
-MAX_PIECE_CHARS = 12
 MAX_GRID_COLUMNS = 6
+GAMMA = 0.3  # colour = p ** GAMMA: p = 0.001 sits at 13% of the colour scale, 0.01 at 25%, 0.1 at 50%
+COLOUR_TICKS = (0.0, 0.001, 0.01, 0.1, 0.5, 1.0)  # the colour bar's labels, in probabilities
+BASE_SCALE = "Blues"  # the colour scale that p ** GAMMA runs along
+COLOUR_STOPS = 65  # stops of the bent scale: within 2/255 of Blues(p ** GAMMA) everywhere
+X_TITLE = "key (source) token: the one attended to"
+Y_TITLE = "query (destination) token:<br>the one attending"
 
 
 def stack_attention(blocks: list[np.ndarray]) -> np.ndarray:
@@ -60,64 +79,103 @@ def stack_attention(blocks: list[np.ndarray]) -> np.ndarray:
 
 
 def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, layer: int, step: int,
-                     new_rows: int = 0, average: bool = False, window_start: int | None = None) -> go.Figure:
+                     new_rows: int = 0, average: bool = False, window: tuple[int, int] | None = None,
+                     presenter: bool = False) -> go.Figure:
     """Heatmaps of attention probabilities, one per query head grouped by KV head, or their mean.
 
-    A long context is pooled so that the figure stays within `MAX_CELLS` cells (see `pool_attention`);
-    the title then says how many tokens a cell spans.
+    A long context is pooled so that the figure stays within `MAX_CELLS` cells (see `pool_attention`;
+    the newest rows stay a block of their own); the title then says how many tokens a cell spans and
+    the ticks name each block's token range. With `window`, only the window's rows and keys are drawn,
+    at full resolution, and a column at the left holds each row's weight on the keys before it.
 
     Args:
         probs: [h_q, rows, n] float32 probabilities (rows = n for a full stacked matrix; NaN draws blank).
         pieces: the n token pieces, the keys; the queries are the last `rows` of them.
         n_kv_heads: h_kv; h_q / h_kv query heads share each KV head.
         layer: the decoder layer shown (for the title).
-        step: the step shown (0 = prefill), for `layout.meta`.
+        step: the step shown (0 = prefill), for the title and `layout.meta`.
         new_rows: the newest query rows (the last ones) to outline, e.g. 1 for a decode step.
         average: draw one panel, the mean over the query heads.
-        window_start: the matrix is a window of the whole one, starting at this token (0-based): drawn at
-            full resolution, never pooled (the caller keeps it small), and named in the title.
+        window: (start, stop), absolute token positions with 0 <= start < stop <= n: draw query rows and
+            keys start..stop-1 only (the caller keeps the window small), never pooled, named in the title.
+        presenter: the figure will be drawn in presenter style (`theme.presenter_style`, larger text):
+            fewer tick labels where the larger ones would not fit, and shorter title lines.
 
     Returns:
-        A figure with `layout.meta == {"view": "attention", "step": step}`: one heatmap trace per
-        panel (z: [query blocks, key blocks] float32, x / y: block labels, sharing one 0..1 colour
-        axis), one subplot-title annotation per panel, and with `new_rows` one rectangle shape per panel.
+        A figure with `layout.meta == {"view": "attention", "step": step}`: one heatmap trace per panel
+        first (z: [query blocks, key blocks] float32, the probabilities or pooled sums; x / y: block
+        categories; colour axis "coloraxis", bent to p ** GAMMA), then, in a window starting after 0,
+        one [rows, 1] heatmap per panel of the weight outside it; last a marker-less scatter that
+        carries the colour bar ("coloraxis2": the base scale, ticks at p ** GAMMA labelled p). One
+        subplot-title annotation per panel; with `new_rows` shown, one rectangle shape per panel.
 
     Raises:
         ValueError: `probs` not 3-D, `pieces` not n long, rows > n, h_q not a multiple of `n_kv_heads`,
-            or `new_rows` outside 0..rows.
+            `new_rows` outside 0..rows, or `window` outside 0..n or holding none of the query rows.
     """
-    _check(probs, pieces, n_kv_heads, new_rows)
+    _check(probs, pieces, n_kv_heads, new_rows, window)
     heads, rows, n = probs.shape
     group = heads // n_kv_heads
-    panels = [(probs.mean(axis=0, dtype=np.float32), f"mean over {heads} query heads")] if average else [
-        (probs[h], f"q head {h} · KV head {h // group}") for h in range(heads)]
-    factor = 1 if window_start is not None else pooling_factor(n, len(panels))
+    first_query = n - rows
+    (key_start, key_stop) = window if window is not None else (0, n)
+    query_start, query_stop = max(key_start, first_query), key_stop
+    own = max(0, query_stop - max(n - new_rows, query_start))  # the newest rows in view
+    seen = probs[:, query_start - first_query:query_stop - first_query]  # [h_q, shown rows, n]
+    matrices = [seen.mean(axis=0, dtype=np.float32)] if average else list(seen)
+    titles = [f"mean over {heads} query heads"] if average else [
+        f"q head {h} · KV head {h // group}" for h in range(heads)]
+    factor = 1 if window is not None else pooling_factor(n, len(matrices))
+    query_starts = query_start + _query_block_starts(query_start, query_stop - query_start, factor, own)
+    queries = block_labels(pieces, query_starts, query_stop)
+    keys = block_labels(pieces, np.arange(key_start, key_stop, factor), key_stop)
+    if key_start > 0:  # the window's rows also weigh the keys before it: one column of their sums
+        keys = [(f"#0–{key_start - 1} (before the window)", f"outside 0–{key_start - 1}"), *keys]
+
+    # [shown rows] float32 per panel: each row's weight on keys outside the window, from its whole row
+    outside = [] if window is None else [outside_weight(m[None], key_start, key_stop)[0] for m in matrices]
+    scale = PRESENTER_SCALE if presenter else 1.0
+    title = figure_title(layer, step, heads, n_kv_heads, average, factor, own, window,
+                         np.array([o[-1] for o in outside], np.float32), queries[-1][0], n, scale)
     columns = 1 if average else grid_columns(heads, group)
-    grid_rows = math.ceil(len(panels) / columns)
-    panel_px = _panel_px(grid_rows, columns)
-    layout, cells = subplot_grid([title for _, title in panels], rows=grid_rows, cols=columns, shared_xaxes=True,
-                                 shared_yaxes=True, horizontal_spacing=0.02,
-                                 vertical_spacing=60 / (grid_rows * panel_px + 60))
-    panel_cells = [cells[index // columns + 1, index % columns + 1] for index in range(len(panels))]
-    keys = _block_labels(pieces, np.arange(0, n, factor))
-    queries = _block_labels(pieces, n - rows + _query_block_starts(n - rows, rows, factor))
+    grid_rows = math.ceil(len(matrices) / columns)
+    geometry = panel_geometry(grid_rows, columns, title.count("<br>") + 1, [t for _, t in keys], [t for _, t in queries])
+    layout, cells = subplot_grid(titles, rows=grid_rows, cols=columns, shared_xaxes=True, shared_yaxes=True,
+                                 horizontal_spacing=H_SPACING, vertical_spacing=geometry.vertical_spacing)
+    panel_cells = [cells[index // columns + 1, index % columns + 1] for index in range(len(matrices))]
     key_names, query_names = [k for k, _ in keys], [q for q, _ in queries]
-    data = [{"type": "heatmap", "z": pool_attention(z, n, factor), "x": key_names, "y": query_names,
-             "coloraxis": "coloraxis", "hovertemplate": "query %{y}<br>key %{x}<br>probability %{z:.3f}<extra></extra>",
-             **cell} for (z, _), cell in zip(panels, panel_cells, strict=True)]
-    if new_rows:
-        first_new = (n - new_rows) // factor - (n - rows) // factor
+    data = [{"type": "heatmap", "z": pool_attention(m[:, key_start:key_stop], n, factor, own),
+             "x": key_names[1:] if key_start > 0 else key_names, "y": query_names, "coloraxis": "coloraxis",
+             "hovertemplate": cell_hover(factor > 1), **cell} for m, cell in zip(matrices, panel_cells, strict=True)]
+    if key_start > 0:
+        data += [{"type": "heatmap", "z": o[:, None], "x": key_names[:1], "y": query_names, "coloraxis": "coloraxis",
+                  "xgap": 3, "hovertemplate": outside_hover(key_start), **cell}
+                 for o, cell in zip(outside, panel_cells, strict=True)]
+    data.append(_colour_bar_carrier(panel_cells[0]))
+    if own:
+        first_new = int(np.searchsorted(query_starts, query_stop - own))
         layout["shapes"] = _row_outlines(panel_cells, first_new, len(queries), len(keys))
-    _style(layout, cells, keys, queries, grid_rows, columns, panel_px)
+    _style(layout, cells, keys, queries, grid_rows, columns, geometry, scale, key_start > 0)
     fig = go.Figure(data=data, layout=layout)
-    what = "mean over heads" if average else (f"{coloured('h_q')} = {heads} query heads, "
-                                              f"{coloured('h_kv')} = {n_kv_heads} KV heads (GQA groups of g = {group})")
-    if window_start is not None:
-        detail = f" · tokens {window_start}-{window_start + n - 1} at full resolution"
-    else:
-        detail = f" · a cell spans {factor} tokens (its queries' mean weight on its keys)" if factor > 1 else ""
-    return base_layout(fig, "attention", step, f"Attention probabilities, layer {layer}: {what}{detail}",
-                       height=grid_rows * panel_px + 220)
+    base_layout(fig, "attention", step, title, height=geometry.height)
+    # plotly.js anchors a "top" title of several lines by its first line's baseline, the rest below it
+    return set_layout(fig, margin=geometry.margin, title={
+        **fig.layout.title.to_plotly_json(), "yref": "container", "yanchor": "top",
+        "y": 1 - (TITLE_TOP_PX + TITLE_ASCENT_PX) / geometry.height})
+
+
+def outside_weight(probs: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """The weight each query row puts on keys outside positions start..stop-1, from its whole row.
+
+    Args:
+        probs: [h, rows, n] float32 probabilities over all n keys (NaN = masked: no weight).
+        start, stop: the window's keys, 0 <= start <= stop <= n.
+
+    Returns:
+        [h, rows] float32, the sum (in float64) of each row's probabilities outside the window.
+    """
+    inside = np.zeros(probs.shape[-1], dtype=bool)
+    inside[start:stop] = True
+    return np.nansum(probs[..., ~inside], axis=-1, dtype=np.float64).astype(np.float32)
 
 
 def pooling_factor(n: int, panels: int, max_cells: int = MAX_CELLS) -> int:
@@ -126,14 +184,17 @@ def pooling_factor(n: int, panels: int, max_cells: int = MAX_CELLS) -> int:
     return math.ceil(n / side)
 
 
-def pool_attention(probs: np.ndarray, n: int, factor: int) -> np.ndarray:
+def pool_attention(probs: np.ndarray, n: int, factor: int, own_rows: int = 0) -> np.ndarray:
     """Probabilities over blocks of `factor` tokens: the mass a query puts on a block of keys (summed),
-    averaged over the queries of a block; blocks are aligned on absolute positions 0, f, 2f, ...
+    averaged over the queries of a block; blocks are aligned on absolute positions 0, f, 2f, ...,
+    and the last `own_rows` queries start a block of their own (the newest token stays one row).
 
     Args:
-        probs: [rows, n] float32; the rows are the last `rows` query positions; NaN = masked (0 mass).
-        n: the number of keys (context length).
-        factor: tokens per block; 1 returns `probs` unchanged.
+        probs: [rows, keys] float32; the rows are the last `rows` of n query positions, the keys
+            positions 0..keys-1; NaN = masked (0 mass).
+        n: the context length (the rows' absolute positions are n - rows .. n - 1).
+        factor: tokens per block; 1 returns `probs` unchanged (as float32).
+        own_rows: the newest rows (0..rows) that make a block apart from the ones before.
 
     Returns:
         [query blocks, key blocks] float32; NaN where no query of the block sees a key of the block.
@@ -142,30 +203,37 @@ def pool_attention(probs: np.ndarray, n: int, factor: int) -> np.ndarray:
         return probs.astype(np.float32)
     rows = probs.shape[0]
     seen = np.isfinite(probs)
-    key_starts = np.arange(0, n, factor)
+    key_starts = np.arange(0, probs.shape[1], factor)
     mass = np.add.reduceat(np.where(seen, probs, 0.0), key_starts, axis=1)
     visible = np.add.reduceat(seen, key_starts, axis=1)
-    query_starts = _query_block_starts(n - rows, rows, factor)
+    query_starts = _query_block_starts(n - rows, rows, factor, own_rows)
     sizes = np.diff(np.append(query_starts, rows))[:, None]
     pooled = np.add.reduceat(mass, query_starts, axis=0) / sizes
     return np.where(np.add.reduceat(visible, query_starts, axis=0) > 0, pooled, np.nan).astype(np.float32)
 
 
-def _query_block_starts(first: int, rows: int, factor: int) -> np.ndarray:
-    """Row indices where a block starts, rows being absolute positions first..first+rows-1."""
+def power_colorscale(gamma: float = GAMMA, base: str = BASE_SCALE, stops: int = COLOUR_STOPS) -> list[list]:
+    """A Plotly colour scale over p in 0..1 whose colour at p is `base`'s colour at p ** gamma: stops
+    at u ** (1 / gamma) for u evenly spaced in 0..1 (plotly.js interpolates linearly between them),
+    as [[p, "#rrggbb"], ...]."""
+    return [list(stop) for stop in _power_stops(gamma, base, stops)]
+
+
+@functools.cache
+def _power_stops(gamma: float, base: str, stops: int) -> tuple[tuple[float, str], ...]:
+    u = np.linspace(0.0, 1.0, stops)
+    colours = sample_colorscale(base, u.tolist(), colortype="tuple")
+    return tuple((float(p), "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in colour)))
+                 for p, colour in zip(u ** (1.0 / gamma), colours, strict=True))
+
+
+def _query_block_starts(first: int, rows: int, factor: int, own_rows: int = 0) -> np.ndarray:
+    """Row indices where a block starts, rows being absolute positions first..first+rows-1; pooled
+    (factor > 1), the last `own_rows` rows make one block of their own."""
     positions = np.arange(first, first + rows)
-    return np.flatnonzero((positions % factor == 0) | (positions == first))
-
-
-def _block_labels(pieces: list[str], starts: np.ndarray) -> list[tuple[str, str]]:
-    """(unique category, tick text) per block of positions starting at `starts` (the last ends at n);
-    the pieces escaped for Plotly, which shows a category in the ticks and the hover."""
-    bounds = [*starts.tolist(), len(pieces)]
-    labels = []
-    for a, b in pairwise(bounds):
-        piece = plain_label(visible_piece(pieces[a], MAX_PIECE_CHARS))
-        labels.append((f"#{a} {piece}" if b - a == 1 else f"#{a}–{b - 1} {piece}…", piece))
-    return labels
+    own = first + rows - own_rows
+    aligned = (positions % factor == 0) & ((positions < own) | (factor == 1))
+    return np.flatnonzero(aligned | (positions == first) | (positions == own))
 
 
 def grid_columns(n_heads: int, group: int) -> int:
@@ -178,18 +246,8 @@ def grid_columns(n_heads: int, group: int) -> int:
     return max(d for d in range(1, MAX_GRID_COLUMNS + 1) if group % d == 0)
 
 
-def thinned_ticks(count: int, max_ticks: int = MAX_TICKS) -> list[int]:
-    """At most `max_ticks` evenly spaced indices of `count` labels, always keeping the last (newest)."""
-    if count <= max_ticks:
-        return list(range(count))
-    stride = math.ceil(count / max_ticks)
-    ticks = list(range(0, count, stride))
-    if count - 1 - ticks[-1] < stride:  # too close to the last label to stay legible
-        ticks.pop()
-    return [*ticks, count - 1]
-
-
-def _check(probs: np.ndarray, pieces: list[str], n_kv_heads: int, new_rows: int) -> None:
+def _check(probs: np.ndarray, pieces: list[str], n_kv_heads: int, new_rows: int,
+           window: tuple[int, int] | None) -> None:
     if probs.ndim != 3:
         raise ValueError(f"probs must be [h_q, rows, n], got {list(probs.shape)}.")
     heads, rows, n = probs.shape
@@ -199,6 +257,16 @@ def _check(probs: np.ndarray, pieces: list[str], n_kv_heads: int, new_rows: int)
         raise ValueError(f"{heads} query heads cannot be grouped over {n_kv_heads} KV heads.")
     if not 0 <= new_rows <= rows:
         raise ValueError(f"new_rows must be within 0..{rows}, got {new_rows}.")
+    if window is not None and not (0 <= window[0] < window[1] <= n and window[1] > n - rows):
+        raise ValueError(f"The window must lie within tokens 0..{n} and hold one of the query rows "
+                         f"{n - rows}..{n - 1}, got {window}.")
+
+
+def _colour_bar_carrier(cell: dict[str, str]) -> dict:
+    """A scatter with no point to draw, whose marker colour axis ("coloraxis2") draws the colour bar:
+    the base scale evenly, labelled in probabilities where p ** GAMMA falls."""
+    return {"type": "scatter", "x": [None], "y": [None], "mode": "markers", "hoverinfo": "skip",
+            "showlegend": False, "marker": {"color": [0.0], "coloraxis": "coloraxis2"}, **cell}
 
 
 def _row_outlines(panel_cells: list[dict[str, str]], first: int, stop: int, n_keys: int) -> list[dict]:
@@ -209,31 +277,31 @@ def _row_outlines(panel_cells: list[dict[str, str]], first: int, stop: int, n_ke
 
 
 def _style(layout: dict, cells: dict[tuple[int, int], dict[str, str]], keys: list[tuple[str, str]],
-           queries: list[tuple[str, str]], grid_rows: int, columns: int, panel_px: int) -> None:
-    """Thinned token ticks on the outer axes only (the inner ones share them), one 0..1 colour scale."""
-    key_ticks = thinned_ticks(len(keys), min(MAX_TICKS, 1150 // columns // TICK_PX))
-    query_ticks = thinned_ticks(len(queries), min(MAX_TICKS, panel_px // TICK_PX))
+           queries: list[tuple[str, str]], grid_rows: int, columns: int, geometry: PanelGeometry, scale: float,
+           outside_column: bool) -> None:
+    """Token ticks on the outer axes only (the inner ones share them), each cell labelled where the
+    labels fit; the axis titles; the bent colour axis and the colour bar's."""
+    key_ticks, key_font = fitted_ticks(len(keys), geometry.drawn_panel_w(scale), scale)
+    query_ticks, query_font = fitted_ticks(len(queries), geometry.panel_h)
     for (row, col), cell in cells.items():
         x_axis, y_axis = layout[axis_key(cell["xaxis"])], layout[axis_key(cell["yaxis"])]
-        x_axis.update(showgrid=False, tickfont={"size": 10}, tickangle=-90)
-        y_axis.update(showgrid=False, tickfont={"size": 10}, autorange="reversed")
-        if row == grid_rows:
+        x_axis.update(showgrid=False, tickfont={"size": key_font}, tickangle=-90)
+        y_axis.update(showgrid=False, tickfont={"size": query_font}, autorange="reversed")
+        if row == grid_rows:  # the axis the column's other panels match
+            if outside_column:  # drawn after the matrix, shown before it
+                x_axis.update(categoryorder="array", categoryarray=[k for k, _ in keys])
             x_axis.update(tickmode="array", tickvals=[keys[i][0] for i in key_ticks],
                           ticktext=[keys[i][1] for i in key_ticks])
         if col == 1:
             y_axis.update(tickmode="array", tickvals=[queries[i][0] for i in query_ticks],
                           ticktext=[queries[i][1] for i in query_ticks])
-    layout[axis_key(cells[grid_rows, 1]["xaxis"])]["title"] = {"text": "key (token attended to)"}
-    layout[axis_key(cells[1, 1]["yaxis"])]["title"] = {"text": "query"}
+    layout[axis_key(cells[grid_rows, (columns + 1) // 2]["xaxis"])]["title"] = {"text": X_TITLE}
+    layout[axis_key(cells[(grid_rows + 1) // 2, 1]["yaxis"])]["title"] = {"text": Y_TITLE}
     for note in layout["annotations"]:
         note["font"] = {"size": 12}
-    layout.update(coloraxis={"colorscale": "Blues", "cmin": 0.0, "cmax": 1.0,
-                             "colorbar": {"title": {"text": "probability", "side": "right"}, "thickness": 14}},
+    bar_title = f"probability<br>colour: p^{GAMMA:g}<br>so small weights show"
+    layout.update(coloraxis={"colorscale": power_colorscale(), "cmin": 0.0, "cmax": 1.0, "showscale": False},
+                  coloraxis2={"colorscale": BASE_SCALE, "cmin": 0.0, "cmax": 1.0, "colorbar": {
+                      "title": {"text": bar_title, "side": "right"}, "thickness": 14,
+                      "tickvals": [t ** GAMMA for t in COLOUR_TICKS], "ticktext": [f"{t:g}" for t in COLOUR_TICKS]}},
                   plot_bgcolor=MASKED_COLOUR)
-
-
-def _panel_px(grid_rows: int, columns: int) -> int:
-    """Panels as tall as the figure's 640 px allow (up to three grid rows of panels: 9 heads in groups
-    of 3 fit a 1280x720 screen), at most as tall as they are wide at 1280 px; with more grid rows
-    (32 heads) at least 90 px, and the figure is taller than a screen."""
-    return min(int(1100 / columns * 0.85), max(90, 420 // grid_rows), 420)

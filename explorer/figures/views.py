@@ -21,8 +21,8 @@ from explorer.figures.forward import forward_figure
 from explorer.figures.journey import journey_figure
 from explorer.figures.kv_cache import kv_cache_figure
 from explorer.figures.roofline import roofline_figure
-from explorer.figures.sampling import sampling_figure
-from explorer.figures.theme import empty_figure, plain_label, presenter_style
+from explorer.figures.sampling import same_sampling, sampling_figure
+from explorer.figures.theme import empty_figure, presenter_style
 from explorer.run import Run
 from explorer.trace import SamplingRecord
 
@@ -110,16 +110,14 @@ def fig_attention(data: ViewData, options: ViewOptions) -> go.Figure:
     if trace.shape_only:
         return empty_figure("attention", NO_VALUES.format("attention probabilities"))
     probs, pieces = stack_attention(list(data.attention)), data.run.pieces_until(trace.step_index)
-    new_rows = min(trace.step_index, 1)
-    start = None
+    window = None
     if options.zoom is not None:
         start = max(0, min(options.zoom, len(pieces) - ZOOM_TOKENS))
-        stop = start + ZOOM_TOKENS
-        probs, new_rows = probs[:, start:stop, start:stop], new_rows if stop >= len(pieces) else 0
-        pieces = pieces[start:stop]
+        window = (start, min(start + ZOOM_TOKENS, len(pieces)))
     n_kv_heads = trace.kv[options.layer].key_shape[1]
-    return attention_figure(probs, pieces, n_kv_heads, options.layer, trace.step_index, new_rows=new_rows,
-                            average=options.average_heads, window_start=start)
+    return attention_figure(probs, pieces, n_kv_heads, options.layer, trace.step_index,
+                            new_rows=min(trace.step_index, 1), average=options.average_heads, window=window,
+                            presenter=options.presenter)
 
 
 def fig_kv_cache(data: ViewData, options: ViewOptions) -> go.Figure:
@@ -130,17 +128,16 @@ def fig_kv_cache(data: ViewData, options: ViewOptions) -> go.Figure:
 
 
 def fig_sampling(data: ViewData, options: ViewOptions) -> go.Figure:
-    """How the shown step chose its token; with `data.preview`, what other settings do to the same
-    stored logits, the step's own draw named in the title."""
+    """How the shown step chose its token, from its own record; with `data.preview` (other settings on
+    the same stored logits), that preview, titled so, the step's own draw still named and marked. A
+    preview whose settings choose as the step's did (`same_sampling`) is the step: its record is drawn."""
     trace = data.run.step(options.step)
     if trace.sampling is None:
         return empty_figure("sampling", NO_VALUES.format("logits"))
-    record = trace.sampling if data.preview is None else data.preview
-    fig = sampling_figure(record, data.run.piece, trace.step_index)
-    if data.preview is not None and data.preview.settings != trace.sampling.settings:
-        drawn = plain_label(repr(data.run.piece(trace.sampling.token_id)))
-        fig.update_layout(title_text=f"{fig.layout.title.text} · preview: the step drew {drawn} with its own settings")
-    return fig
+    own, preview = trace.sampling, data.preview
+    if preview is None or same_sampling(preview.settings, own.settings):
+        return sampling_figure(own, data.run.piece, trace.step_index)
+    return sampling_figure(preview, data.run.piece, trace.step_index, own=own)
 
 
 def fig_roofline(data: ViewData, options: ViewOptions) -> go.Figure:

@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from explorer.analysis.hardware import THIS_MACHINE
 from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
 from explorer.config import SamplingSettings
+from explorer.figures.sampling import same_sampling
 from explorer.figures.views import ViewData, ViewOptions, draw
 from explorer.run import AttentionSource, Run, SavedAttention
 from explorer.runner.devices import roofline_hardware_key
@@ -42,6 +43,8 @@ class Visit:
         limits: what the app allows this visitor.
         session: the live session appending to `run`; None for a saved run (no model).
         export_path: the page's latest export on disk (`explorer.ui.export`), deleted with the visit.
+        pending: (the earlier step shown, the decode steps asked for) while the page asks whether to
+            continue from that step or from the latest one; None otherwise.
     """
 
     run: Run
@@ -49,6 +52,7 @@ class Visit:
     limits: Limits
     session: InferenceSession | None = None
     export_path: Path | None = field(default=None, init=False, repr=False)
+    pending: tuple[int, int] | None = field(default=None, init=False)
 
     @classmethod
     def start(cls, session: InferenceSession, limits: Limits) -> Visit:
@@ -104,7 +108,9 @@ def view_data(visit: Visit, options: ViewOptions, view: str, preview: SamplingSe
                         sweeps=sweeps(run.spec, executed[-1], scenario, run.config.get("max_position_embeddings") or 4096),
                         hardware=resolve_hardware(options.hardware),
                         measured=_measured_on(visit, shown.device, options.hardware))
-    if view == "sampling" and preview is not None and shown.logits is not None:
+    if view == "sampling" and preview is not None and shown.logits is not None and shown.sampling is not None \
+            and not same_sampling(preview.to_dict(), shown.sampling.settings):
+        # only settings that choose otherwise are a preview; the step's own are its record, not a re-draw
         context = run.ids[: shown.context_length]
         return ViewData(run, preview=resample(shown.logits, context, preview, preview.seed))
     return ViewData(run)
