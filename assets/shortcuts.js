@@ -211,13 +211,19 @@ whenReady(() => {
   watch.observe(document.body, { childList: true, subtree: true });
 });
 
-// Keyboard shortcuts (outside text fields): N next token, P prefill, R reset, 1-6 switch views,
-// F the views full screen, S open or close the settings (the sidebar).
+// Keyboard shortcuts (outside text fields): N next token, P prefill, R reset (asks first; R again
+// confirms), 1-6 switch views, F the views full screen, S open or close the settings (the sidebar),
+// L open or end the lesson; while it is open, the right and left arrows (and a presenter's clicker:
+// PageDown, PageUp) turn its pages.
 document.addEventListener("keydown", (event) => {
   if (event.ctrlKey || event.metaKey || event.altKey) return;
   const target = event.target;
   if (target && (target.tagName === "INPUT" || target.tagName === "TEXTAREA" || target.isContentEditable)) return;
-  const buttons = { n: "decode-btn", p: "prefill-btn", r: "reset-btn" };
+  const shown = (id) => document.getElementById(id)?.offsetParent != null;
+  const lessonOpen = shown("lesson");
+  const pages = { arrowright: "lesson-next", pagedown: "lesson-next", arrowleft: "lesson-prev", pageup: "lesson-prev" };
+  const buttons = { n: "decode-btn", p: "prefill-btn", r: shown("reset-confirm") ? "reset-yes" : "reset-btn",
+                    l: lessonOpen ? "lesson-close" : "lesson-btn", ...(lessonOpen ? pages : {}) };
   const key = event.key.toLowerCase();
   if (buttons[key]) {
     document.getElementById(buttons[key])?.click();

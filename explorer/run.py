@@ -2,7 +2,8 @@
 
 A `Run` holds the model's name, description and resolved config, the frozen `StepTrace` of every
 step so far (the prefill, then each decode step), the generated text, and the text piece of every
-token id a view names. The runner appends a step once it is complete; nothing edits an old one. A
+token id a view names. The runner appends a step once it is complete, or drops the steps after an
+earlier one to continue from it; nothing edits a step. A
 run read back from a file is the same type as a live one, so every view is drawn the same way from
 either, with no model.
 
@@ -14,6 +15,7 @@ recomputed from kept queries) or a loaded file (every matrix it was saved with).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -49,8 +51,25 @@ class AttentionSource(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class PromptInputs:
+    """What the person gave the prefill, so a saved run can fill the prompt controls again.
+
+    Attributes:
+        text: the prompt as typed; None for a prompt given as a token count (shape-only mode).
+        use_chat_template: whether the prompt was wrapped in the tokenizer's chat template.
+        system_prompt: the system message ("" for none).
+        prompt_tokens: the token count of a prompt given as one; None for a text prompt.
+    """
+
+    text: str | None
+    use_chat_template: bool = True
+    system_prompt: str = ""
+    prompt_tokens: int | None = None
+
+
 class Run:
-    """The steps of one inference, append-only.
+    """The steps of one inference, appended one at a time (`truncate` drops the later ones).
 
     Args:
         model: the model's name ("smollm2-135m-instruct", a hub id, a folder, a preset).
@@ -60,7 +79,8 @@ class Run:
 
     def __init__(self, model: str, description: str, config: dict) -> None:
         self.model, self.description, self.config = model, description, config
-        self.text = ""
+        self.prompt: PromptInputs | None = None  # set by the prefill; None for an older saved run
+        self._texts: list[str] = []  # the generated text after each step
         self._steps: list[StepTrace] = []
         self._pieces: dict[int, str] = {}
         self._costs: dict[int, StepCosts] = {}
@@ -85,7 +105,28 @@ class Run:
             raise ValueError(f"step {step.step_index} appended after {len(self._steps)} steps")
         self._steps.append(step)
         self._pieces.update(pieces)
-        self.text = text
+        self._texts.append(text)
+
+    def truncate(self, count: int) -> None:
+        """Keep the first `count` steps only (a session continuing from an earlier step); the pieces
+        the later steps named stay known.
+
+        Raises:
+            ValueError: `count` is not between 1 and the number of steps.
+        """
+        if not 1 <= count <= len(self._steps):
+            raise ValueError(f"cannot keep {count} of {len(self._steps)} steps")
+        del self._steps[count:], self._texts[count:]
+        self._costs = {index: costs for index, costs in self._costs.items() if index < count}
+
+    @property
+    def text(self) -> str:
+        """The generated text after the latest step ("" before the prefill)."""
+        return self._texts[-1] if self._texts else ""
+
+    def text_at(self, index: int) -> str:
+        """The generated text after step `index` (clamped to the steps run so far)."""
+        return self._texts[max(0, min(index, len(self._texts) - 1))] if self._texts else ""
 
     @property
     def steps(self) -> tuple[StepTrace, ...]:

@@ -59,6 +59,14 @@ class AttentionStore:
             self.kept_bytes += probs.nbytes
         self._shrink()
 
+    def truncate(self, steps: int) -> None:
+        """Forget the queries and kept matrices of every step from `steps` on (a session continuing
+        from an earlier step)."""
+        del self.inputs[steps:]
+        self.query_bytes = sum(layer.query.nbytes for step in self.inputs for layer in step.values())
+        for key in [key for key in self._kept if key[0] >= steps]:
+            self.kept_bytes -= self._kept.pop(key).nbytes
+
     def get(self, step: int, layer: int) -> np.ndarray | None:
         """The kept matrix (now the most recently used), or None where it is not kept."""
         probs = self._kept.get((step, layer))

@@ -18,7 +18,7 @@ from transformers import DynamicCache
 
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
-from explorer.run import Run
+from explorer.run import PromptInputs, Run
 from explorer.runner.architectures import model_features
 from explorer.runner.assemble import assemble_ops
 from explorer.runner.attention_store import LiveAttention
@@ -88,6 +88,7 @@ class InferenceSession:
         self.ids: list[int] = []
         self.generated: list[int] = []
         self._generator = torch.Generator().manual_seed(self.settings.seed)
+        self._generator_states: list[torch.Tensor] = []  # after each step's draw, to branch from it
         self._cache: DynamicCache | None = None
         self._detokenizer: IncrementalDetokenizer | None = None
         self._failed_step: str | None = None  # a step that raised may have written part of the cache
@@ -161,7 +162,10 @@ class InferenceSession:
         with self._step_lock:
             self._cache = DynamicCache(config=self.loaded.model.config)
             self.ids, self.generated, self._failed_step = list(ids), [], None
+            self._generator_states = []
             self.run = self._new_run()
+            self.run.prompt = PromptInputs(prompt if prompt_tokens is None else None, bool(use_chat_template),
+                                           system_prompt or "", prompt_tokens)
             self.attention.reset()
             self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
             n_layers = self.loaded.model.config.num_hidden_layers
@@ -184,6 +188,54 @@ class InferenceSession:
             if settings is not None:
                 self.settings = settings
             return self._step("decode", [self.generated[-1]], {}, None)
+
+    def branch(self, step_index: int) -> None:
+        """Continue from an earlier step: drop the steps after `step_index` and crop the KV cache to
+        that step's context, so the next decode step feeds the token that step chose, with the random
+        generator as it was after that step's draw. The tokens that follow are those of a session that
+        stopped at `step_index` and went on with the same settings.
+
+        A step that failed part-way after `step_index` is dropped with the others (the crop removes
+        what it half wrote).
+
+        Raises:
+            SessionStateError: no such earlier step (`step_index` must be below the latest step), or
+                a sliding-window layer has already dropped keys the earlier step's context needs.
+        """
+        with self._step_lock:
+            steps = self.run.steps
+            if not 0 <= step_index < len(steps) - 1:
+                raise SessionStateError(f"There is no earlier step {step_index} to continue from: "
+                                        f"the steps run are 0 to {len(steps) - 1}.")
+            context = steps[step_index].context_length
+            self._crop_cache(context)
+            keep = step_index + 1
+            self.ids, self.generated = self.ids[: context + 1], self.generated[:keep]
+            self._generator.set_state(self._generator_states[step_index])
+            self._generator_states = self._generator_states[:keep]
+            self._failed_step = None
+            self.run.truncate(keep)
+            self.attention.store.truncate(keep)
+            if self._detokenizer is not None:
+                self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer)
+                for token_id in self.generated:
+                    self._detokenizer.push(token_id)
+
+    def _crop_cache(self, context: int) -> None:
+        """Cut every cache layer back to its first `context` positions (`DynamicCache.crop`).
+
+        Raises:
+            SessionStateError: a sliding-window layer has filled its window, so it no longer holds the
+                keys of the earlier context (transformers can only crop it while it keeps them).
+        """
+        cache = self._cache
+        for layer in cache.layers:
+            window = getattr(layer, "sliding_window", None)
+            if window is not None and layer.get_seq_length() >= window:
+                raise SessionStateError(f"This model's sliding-window layers keep only their last {window} "
+                                        "keys and have dropped the earlier ones, so the cache cannot go back "
+                                        "to that step. Run a new prefill to start again.")
+        cache.crop(context - cache.get_seq_length())  # a negative count: the positions to remove
 
     def _check_can_decode(self) -> None:
         if not self.run.steps:
@@ -336,6 +388,7 @@ class InferenceSession:
         extra["sample"] = OpRecord("sample", "sample", None, [[1, vocab]], [[1]], "int64",
                                    (time.perf_counter() - start) * 1e3)
         start = time.perf_counter()
+        self._generator_states.append(self._generator.get_state())
         self.ids.append(token_id)
         self.generated.append(token_id)
         token_text = self._detokenizer.push(token_id) if self._detokenizer else ""

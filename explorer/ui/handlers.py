@@ -14,13 +14,14 @@ import math
 
 import gradio as gr
 
-from explorer.analysis.measured import Scenario
+from explorer.analysis.measured import Scenario, StepCosts
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, ExplorerError, PromptError, SamplingSettingsError, SessionStateError
-from explorer.figures.theme import empty_figure, plain_label
+from explorer.figures.theme import empty_figure, plain_label, si_text
 from explorer.figures.views import VIEWS, ViewOptions
 from explorer.journey import step_label
+from explorer.run import Run
 from explorer.runner.prompts import check_prompt_chars
 from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
@@ -41,8 +42,11 @@ VIEW_INPUTS = ("layer", "average", "hardware", "shown", "presenter", "zoom", "wh
 WHAT_IF_FIELDS = ("wi_batch", "wi_context", "wi_tokens", "wi_weights", "wi_activations", "wi_kv", "wi_merged", "wi_fused",
                   "wi_lm_head_all")
 SAMPLING_INPUTS = len(SAMPLING_FIELDS)
+RESTORED_INPUTS = ("prompt", "prompt_tokens", "use_chat_template", "system_prompt", *SAMPLING_FIELDS)  # a loaded run's
 EMPTY_VIEW = "Type a prompt and press Prefill."
-STEP_OUTPUTS = 6 + len(VIEWS)  # visit, status, token strip, text, step menu, layer slider, the views
+# visit, status, token strip, text, step menu, layer slider, the "go on from which step" question, Reset's
+# "are you sure" question, the views
+STEP_OUTPUTS = 8 + len(VIEWS)
 
 
 def prompt_label(takes_text: bool) -> str:
@@ -115,25 +119,27 @@ class ServedHandlers:
                 gr.update(visible=text))
 
     def on_reset_click(self, request: gr.Request | None = None):
-        """Forget the page's session (its memory is freed): empty state, status, tokens, text, steps and views."""
+        """Forget the page's session once the person confirmed it (its memory is freed): empty state,
+        status, tokens, text, steps and views, the question closed."""
         self.served.live.release(_page(request))
         empty = [empty_figure(view, EMPTY_VIEW) for view in VIEWS]
-        return None, "", "", "", gr.update(choices=[], value=None), gr.skip(), *empty
+        return None, "", "", "", gr.update(choices=[], value=None), gr.skip(), _hidden(), _hidden(), *empty
 
     @shows_errors
     def on_import_upload(self, request: gr.Request | None, path: str | None, *view_controls):
         """Show a saved run (no model needed): every view, every step. Returns the step outputs with
-        every view drawn.
+        every view drawn, then the prompt and sampling controls as the run had them
+        (`RESTORED_INPUTS` order; those the file does not hold are left as they are).
 
         The file is checked against the saved-run schema and drawn before it becomes the page's
         session: a file that cannot be shown is refused with a message, and the page's session and
         views stay as they were."""
         if not path:
-            return tuple(gr.skip() for _ in range(STEP_OUTPUTS))
+            return tuple(gr.skip() for _ in range(STEP_OUTPUTS + len(RESTORED_INPUTS)))
         visit = Visit.replay(*load_run(path), self.served.limits)
         outputs = _replay_outputs(visit, *view_controls)
         self.served.live.admit(_page(request), visit, client_address(request))
-        return outputs
+        return (*outputs, *restored_controls(visit.run))
 
     def on_page_load(self, request: gr.Request | None = None) -> tuple:
         """Fill the controls named in the page's query parameters (a shared link); warn about values
@@ -203,28 +209,93 @@ class ServedHandlers:
 
 
 @shows_errors
-def on_decode_click(visit: Visit | None, *controls):
-    """Run one decode step of the person's session. Returns the step outputs."""
-    sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
-    session = _session(visit)
-    session.decode_step(_allowed(settings_from(*sampling), visit.limits))  # settings kept only if the step runs
-    return step_outputs(visit, *view_controls)
+def on_decode_click(visit: Visit | None, step: int | None, *controls):
+    """Run one decode step of the person's session (`_decode_from`). Returns the step outputs."""
+    return tuple(_decode_from(visit, step, 1, controls))[-1]
 
 
 @shows_errors
-def on_run_click(visit: Visit | None, count: float | None, *controls):
+def on_run_click(visit: Visit | None, step: int | None, count: float | None, *controls):
     """Run up to `count` decode steps, redrawing after each; stops early where generation ends."""
-    sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
-    session = _session(visit)
-    most = visit.limits.max_run_tokens
+    most = _session(visit) and visit.limits.max_run_tokens
     if count is None or not 1 <= count <= most:
         raise SessionStateError(f"Run between 1 and {most} tokens at a time.")
-    settings = _allowed(settings_from(*sampling), visit.limits)
-    for _ in range(int(count)):
+    yield from _decode_from(visit, step, int(count), controls)
+
+
+@shows_errors
+def on_branch_click(visit: Visit | None, *controls):
+    """Continue from the earlier step the page showed when it asked: the later steps are dropped, the
+    KV cache cut back to that step (`InferenceSession.branch`), then the steps asked for are run."""
+    session = _session(visit)
+    step, count = _pending(visit)
+    session.branch(step)
+    yield from _decode(visit, count, controls)
+
+
+@shows_errors
+def on_latest_click(visit: Visit | None, *controls):
+    """Go on from the latest step instead: the steps asked for are run after it, nothing is dropped."""
+    _session(visit)
+    _, count = _pending(visit)
+    yield from _decode(visit, count, controls)
+
+
+def _decode_from(visit: Visit | None, step: int | None, count: int, controls: tuple):
+    """Decode `count` steps after the latest one, or, where the page shows an earlier `step`, ask
+    first whether to continue from it (the later steps dropped) or from the latest step; a finished
+    generation says so on the status line."""
+    _session(visit)
+    latest = len(visit.run.steps) - 1
+    shown = _index(step, latest, latest)
+    if shown < latest:
+        visit.pending = (shown, count)
+        return iter([_offer_outputs(visit, shown)])
+    return _decode(visit, count, controls)
+
+
+def _decode(visit: Visit, count: int, controls: tuple):
+    """Run up to `count` decode steps after the latest one, yielding the step outputs after each."""
+    sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
+    visit.pending = None
+    session = visit.session
+    if session.finished:
+        yield _ended_outputs(visit)
+        return
+    settings = _allowed(settings_from(*sampling), visit.limits)  # kept only if the step runs
+    for _ in range(count):
         session.decode_step(settings)
         yield step_outputs(visit, *view_controls)
         if session.finished:
             return
+
+
+def _pending(visit: Visit) -> tuple[int, int]:
+    if visit.pending is None:
+        raise SessionStateError("There is no step waiting to be run: press Next token.")
+    return visit.pending
+
+
+def _offer_outputs(visit: Visit, step: int) -> tuple:
+    """The step outputs that ask where to go on from: the status line says what each choice does, the
+    two buttons appear; the rest stays as it is."""
+    latest = visit.run.latest
+    earlier = visit.run.steps[step]
+    later = f"step {step + 1}" if step + 1 == latest.step_index else f"steps {step + 1} to {latest.step_index}"
+    line = (f"{status_text(visit, step)}\n\n**Go on from which step?** \"Continue from step {step}\" drops "
+            f"{later} and cuts the KV cache back to n = {earlier.context_length}; \"Go on from the latest\" "
+            f"runs after {step_label(latest)} and drops nothing.")
+    skips = [gr.skip()] * (STEP_OUTPUTS - 3)
+    return (gr.skip(), line, *skips[:4], gr.update(visible=True), *skips[4:])
+
+
+def _ended_outputs(visit: Visit) -> tuple:
+    """The step outputs when generation has ended: a status line that says so and what to do next."""
+    latest = visit.run.latest
+    line = (f"{status_text(visit, latest.step_index)} Press Prefill for a new run, or pick an earlier step "
+            "in \"Step shown\" and continue from it.")
+    gr.Info(f"Generation ended ({latest.finish_reason.replace('_', ' ')}).", title="Done")
+    return (gr.skip(), line, *[gr.skip()] * (STEP_OUTPUTS - 2))
 
 
 @shows_errors
@@ -276,11 +347,14 @@ def model_info(visit: Visit | None):
 @shows_errors
 def on_step_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
                    shown: str, presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
-    """Go to another step: its status line, its tokens outlined in the strip, the view on screen redrawn."""
+    """Go to another step: its status line, the token strip and the generated text as they were after
+    it, the view on screen redrawn (and no question left open on where to go on from)."""
     if not _open(visit):
-        return tuple(gr.skip() for _ in range(2 + len(VIEWS)))
+        return tuple(gr.skip() for _ in range(4 + len(VIEWS)))
     options = _options(visit, step, layer, average_heads, hardware, presenter, zoom, what_if)
-    return status_text(visit, options.step), _strip(visit, options.step), *_views(visit, options, shown)
+    visit.pending = None
+    return (status_text(visit, options.step), _strip(visit, options.step), visit.run.text_at(options.step),
+            _hidden(), *_views(visit, options, shown))
 
 
 def on_tab_select(view: str):
@@ -357,22 +431,30 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
                           what_if or Scenario())
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
     return (visit, status_text(visit, latest), _strip(visit, latest), visit.run.text, steps,
-            gr.update(maximum=n_layers - 1, value=layer), *_views(visit, options, shown))
+            gr.update(maximum=n_layers - 1, value=layer), _hidden(), _hidden(), *_views(visit, options, shown))
+
+
+def _hidden() -> dict:
+    return gr.update(visible=False)
 
 
 def _strip(visit: Visit, step: int) -> str:
-    """The token strip with `step`'s tokens outlined and the token the last step chose dashed."""
+    """The token strip as it was after `step`: the tokens fed up to it, its own outlined, and the token
+    it chose dashed (the later steps' tokens are not shown)."""
     run = visit.run
-    chosen = run.latest.sampling
-    return token_strip_html(list(run.steps), step, run.piece(chosen.token_id) if chosen else None)
+    traces = list(run.steps[: step + 1])
+    chosen = traces[-1].sampling
+    return token_strip_html(traces, step, run.piece(chosen.token_id) if chosen else None)
 
 
 def status_text(visit: Visit, step: int) -> str:
-    """The model, then one line on the step shown: tokens in, context, wall time, chosen token (and,
-    for an earlier step, which step is the latest)."""
+    """The model, then one line on the step shown: tokens in, context, its totals (wall time measured,
+    FLOPs and bytes estimated by the cost model), the chosen token (and, for an earlier step, which
+    step is the latest)."""
     trace = visit.run.steps[step]
     source = "a saved run, shown without the model: " if visit.saved else ""
-    line = f"{source}{markdown_text(visit.run.description)}\n\n**{step_label(trace)}**: {_step_summary(trace)}"
+    line = (f"{source}{markdown_text(visit.run.description)}\n\n**{step_label(trace)}**: "
+            f"{_step_summary(trace, visit.run.costs(step))}")
     if trace.finished:
         line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."
     if step != len(visit.run.steps) - 1:
@@ -380,13 +462,34 @@ def status_text(visit: Visit, step: int) -> str:
     return line
 
 
-def _step_summary(trace: StepTrace) -> str:
+def _step_summary(trace: StepTrace, costs: StepCosts | None) -> str:
+    """Tokens in and context; the step's measured wall time and what it gives in tokens/s (none on the
+    meta device: nothing is computed there); the cost model's FLOPs and bytes; the chosen token."""
+    tokens = f"{len(trace.input_ids)} token(s) in, context n = {trace.context_length}"
+    estimate = "" if costs is None else (f", {si_text(costs.total.flops, 'FLOP')} and "
+                                         f"{si_text(costs.total.bytes, 'B')} moved (estimated)")
     if trace.shape_only:
-        chosen = "none: shape-only mode has shapes but no values (times are Python overhead on the meta device)"
+        return f"{tokens}{estimate}; shape-only: shapes measured on the meta device, no values and no compute time"
+    rate = f", {1e3 / trace.wall_ms:.1f} tokens/s" if trace.stage == "decode" and trace.wall_ms > 0 else ""
+    chosen = f"{markdown_text(repr(trace.token_text))} (p = {trace.sampling.token_prob:.3f})"
+    return f"{tokens}, {trace.wall_ms:.0f} ms measured{rate}{estimate}; next token {chosen}"
+
+
+def restored_controls(run: Run) -> tuple:
+    """The prompt and sampling controls as `run` had them (`RESTORED_INPUTS` order): the prompt its
+    prefill was given (a file without it leaves those controls as they are) and the sampling settings
+    of its latest step (shape-only mode samples nothing: those stay too)."""
+    prompt = run.prompt
+    if prompt is None:
+        prompt_values = [gr.skip()] * 4
     else:
-        chosen = f"{markdown_text(repr(trace.token_text))} (p = {trace.sampling.token_prob:.3f})"
-    return (f"{len(trace.input_ids)} token(s) in, context n = {trace.context_length}, "
-            f"{trace.wall_ms:.0f} ms; next token {chosen}")
+        prompt_values = [gr.skip() if prompt.text is None else prompt.text,
+                         gr.skip() if prompt.prompt_tokens is None else prompt.prompt_tokens,
+                         prompt.use_chat_template, prompt.system_prompt]
+    sampling = run.latest.sampling
+    settings = [gr.skip()] * len(SAMPLING_FIELDS) if sampling is None else [
+        sampling.settings[name] for name in SAMPLING_FIELDS]
+    return (*prompt_values, *settings)
 
 
 def _replay_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str,

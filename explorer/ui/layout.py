@@ -22,7 +22,7 @@ from explorer.figures.views import VIEWS, ZOOM_TOKENS
 from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.loading import LoadedModel
 from explorer.runner.prompts import max_prompt_chars
-from explorer.ui import handlers
+from explorer.ui import handlers, lesson
 from explorer.ui.export import remove_leftovers, size_text
 from explorer.ui.handlers import PROMPT_INPUTS, SAMPLING_FIELDS, VIEW_INPUTS, WHAT_IF_FIELDS, ServedHandlers
 from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
@@ -43,9 +43,11 @@ VIEW_TITLES = {"forward": "Forward pass", "journey": "Journey", "attention": "At
                "sampling": "Sampling", "roofline": "Roofline"}
 PLOT_IDS = {"forward": "forward-plot", "journey": "journey-plot", "attention": "attention-plot",
             "kv_cache": "kv-plot", "sampling": "sampling-plot", "roofline": "roofline-plot"}
-SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · **R** reset · **1-6** switch views · "
-             "**F** full screen · **S** these settings")
-TITLE = ("**LLM Inference Explorer** · type a prompt, run the **prefill**, then one **decode** step at a time. "
+SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · **R** reset (R again: yes) · "
+             "**1-6** switch views · **F** full screen · **S** these settings · **L** the lesson (its pages: "
+             "← →, PageUp, PageDown)")
+TITLE = ("**LLM Inference Explorer** · type a prompt, run the **prefill**, then one **decode** step at a time; "
+         "**Lesson** (key **L**) walks you through your run. "
          '<span class="hint">Model, sampling, examples, presenter mode and export: the settings at the left '
          "(key **S**).</span>")
 # The page's own text follows presenter mode at once (the figures are redrawn on the server); the
@@ -115,9 +117,11 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
                     c["run_count"] = gr.Number(8, label="N", precision=0, minimum=1, maximum=limits.max_run_tokens,
                                                elem_id="run-count", min_width=110, scale=0)
                     c["run_btn"] = gr.Button("Run N tokens", elem_id="run-btn", min_width=140)
+                    c["lesson_btn"] = gr.Button("Lesson", elem_id="lesson-btn", min_width=90)
         # the status line quotes a saved run's description and token text (escaped, explorer.ui.plain): no
         # LaTeX, whose $$ delimiters KaTeX would find again in the rendered text
         c["status"] = gr.Markdown(elem_id="status", latex_delimiters=[])
+        c |= _questions()
         c["strip"] = gr.HTML(elem_id="token-strip")
         with gr.Row(elem_id="step-row"):
             c["step"] = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True, scale=1,
@@ -127,11 +131,13 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
             c["text"] = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=1,
                                    max_lines=2, scale=3, min_width=240)
         c["what_if"] = gr.State(Scenario())  # the roofline's what-if, for every redraw of it
-        c["tabs"], c["plots"] = _view_tabs()  # each by view
+        c |= _lesson_panel()
+        c["tabs_selected"], c["tabs"], c["plots"] = _view_tabs()  # the tabs, then each tab and plot by view
         _wire_model(c, app)
         _wire_steps(c, app)
         _wire_lecture(c, app, demo)
         _wire_views(c, app)
+        _wire_lesson(c, app)
     demo.queue(max_size=limits.queue_size)
     if limits.max_pending_events is not None:
         served.events = EventGate(limits.max_pending_events, queued_events(demo, MODEL_QUEUE))
@@ -222,19 +228,46 @@ def _sampling_controls(limits: Limits) -> dict[str, gr.components.Component]:
             "seed": seed_box, "max_new_tokens": max_new_box}
 
 
-def _view_tabs() -> tuple[dict[str, gr.Tab], dict[str, gr.Plot]]:
+def _questions() -> dict[str, gr.components.Component]:
+    """The two questions the page asks before it drops steps (hidden until then; the status line says
+    what each answer does): where to go on from, at an earlier step, and whether to reset."""
+    with gr.Row(visible=False, elem_id="branch-offer") as offer:
+        branch = gr.Button("Continue from the step shown", elem_id="branch-btn", variant="primary", size="sm")
+        latest = gr.Button("Go on from the latest", elem_id="latest-btn", size="sm")
+    with gr.Row(visible=False, elem_id="reset-confirm") as confirm:
+        gr.Markdown("**Reset:** forget this run (its steps, cache and views)?", elem_id="reset-question")
+        reset = gr.Button("Reset", variant="stop", elem_id="reset-yes", size="sm")
+        keep = gr.Button("Keep it", elem_id="reset-no", size="sm")
+    return {"offer": offer, "branch_btn": branch, "latest_btn": latest, "confirm_reset": confirm,
+            "reset_yes": reset, "reset_no": keep}
+
+
+def _lesson_panel() -> dict[str, gr.components.Component]:
+    """The guided lesson (hidden until the Lesson button or the key L opens it): a page's sentences,
+    then Previous, Next and End (the arrow keys and a presenter's clicker, PageUp and PageDown, too)."""
+    with gr.Row(visible=False, elem_id="lesson") as panel:
+        text = gr.Markdown(elem_id="lesson-text", latex_delimiters=[])
+        with gr.Column(scale=0, min_width=210, elem_id="lesson-buttons"):
+            previous = gr.Button("◀ Previous", elem_id="lesson-prev", size="sm")
+            following = gr.Button("Next ▶", elem_id="lesson-next", size="sm", variant="primary")
+            close = gr.Button("End lesson", elem_id="lesson-close", size="sm")
+    return {"lesson_panel": panel, "lesson_text": text, "lesson_prev": previous, "lesson_next": following,
+            "lesson_close": close, "lesson_page": gr.State(None)}
+
+
+def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot]]:
     """One tab per view, each with its Plotly figure and a "Full screen" button in the plot's tool bar
     (the browser's full screen for the views, the figure fitted to it: `explorerFullscreen` in
     assets/shortcuts.js); returns the tabs and the plots by view."""
     tabs, plots = {}, {}
-    with gr.Tabs(elem_id="views"):
+    with gr.Tabs(elem_id="views") as container:
         for view in VIEWS:
             with gr.Tab(VIEW_TITLES[view], id=view, elem_id=f"tab-{view}") as tabs[view]:
                 full_screen = gr.Button("Full screen", size="sm")
                 plots[view] = gr.Plot(empty_figure(view, handlers.EMPTY_VIEW), show_label=False,
                                       elem_id=PLOT_IDS[view], buttons=[full_screen])
                 full_screen.click(None, js="() => window.explorerFullscreen()")
-    return tabs, plots
+    return container, tabs, plots
 
 
 def _what_if_controls() -> dict[str, gr.components.Component]:
@@ -274,7 +307,7 @@ def _plots(c: dict) -> list[gr.Plot]:
 
 
 def _step_outputs(c: dict) -> list:
-    return [*_named(c, ("visit", "status", "strip", "text", "step", "layer")), *_plots(c)]
+    return [*_named(c, ("visit", "status", "strip", "text", "step", "layer", "offer", "confirm_reset")), *_plots(c)]
 
 
 def _wire_model(c: dict, app: ServedHandlers) -> None:
@@ -291,20 +324,29 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
     model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]],
                  "validator": app.validate_model_event}
     outputs, views, sampling = _step_outputs(c), _named(c, VIEW_INPUTS), _named(c, SAMPLING_FIELDS)
-    run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *sampling, *views], outputs,
-                             api_name="run", trigger_mode="always_last", **model_run)
+    run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["step"], c["run_count"], *sampling, *views],
+                             outputs, api_name="run", trigger_mode="always_last", **model_run)
     # a new prefill or a reset stops a run of N tokens after the step in flight (the steps taken are kept); a
     # cancel of its own, as an event that waits in the model queue behind the run would cancel nothing
-    for button in (c["prefill_btn"], c["reset_btn"]):
+    for button in (c["prefill_btn"], c["reset_yes"]):
         button.click(None, cancels=[run])
+    # the prefill's progress also shows where its figure will appear (the empty view before the first one)
     prefill = c["prefill_btn"].click(app.on_prefill_click, [*_named(c, PROMPT_INPUTS), *sampling, *views], outputs,
                                      api_name="prefill", trigger_mode="always_last",
-                                     **model_run | {"validator": app.validate_prefill})
+                                     **model_run | {"validator": app.validate_prefill,
+                                                    "show_progress_on": [c["status"], *_plots(c)]})
     prefill.success(handlers.model_info, c["visit"], c["model_choice"], api_visibility="private", show_progress="hidden")
     # every click on Next token is one step, run in order, even while the previous one runs
-    c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *sampling, *views], outputs,
+    c["decode_btn"].click(handlers.on_decode_click, [c["visit"], c["step"], *sampling, *views], outputs,
                           api_name="decode", trigger_mode="multiple", **model_run)
-    reset = c["reset_btn"].click(app.on_reset_click, None, outputs, api_name="reset")
+    for button, handler in ((c["branch_btn"], handlers.on_branch_click), (c["latest_btn"], handlers.on_latest_click)):
+        button.click(handler, [c["visit"], *sampling, *views], outputs, api_visibility="private", **model_run)
+    # Reset asks first (nothing runs until it is confirmed); R on the keyboard presses Reset
+    c["reset_btn"].click(lambda: gr.update(visible=True), None, c["confirm_reset"], queue=False,
+                         api_visibility="private", show_progress="hidden")
+    c["reset_no"].click(lambda: gr.update(visible=False), None, c["confirm_reset"], queue=False,
+                        api_visibility="private", show_progress="hidden")
+    reset = c["reset_yes"].click(app.on_reset_click, None, outputs, api_name="reset")
     # the session an export came from is gone (its file deleted): the download box empties with it
     for event in (prefill, reset):
         event.success(handlers.no_export, None, c["export_file"], queue=False, api_visibility="private",
@@ -324,9 +366,21 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
     # the button gives the export's size after each step (or a loaded run); cheap, so not queued
     c["status"].change(handlers.on_export_label, c["visit"], c["export_btn"], queue=False, show_progress="hidden",
                        api_visibility="private")
-    c["import_file"].upload(app.on_import_upload,
-                            [c["import_file"], *_named(c, VIEW_INPUTS)], _step_outputs(c), concurrency_id=MODEL_QUEUE,
+    c["import_file"].upload(app.on_import_upload, [c["import_file"], *_named(c, VIEW_INPUTS)],
+                            [*_step_outputs(c), *_named(c, handlers.RESTORED_INPUTS)], concurrency_id=MODEL_QUEUE,
                             validator=app.validate_model_event)
+
+
+def _wire_lesson(c: dict, app: ServedHandlers) -> None:
+    """The lesson's buttons: each page may run a decode step (the model queue) and draws its view."""
+    inputs = [c["visit"], c["lesson_page"], *_named(c, SAMPLING_FIELDS), *_named(c, ("average", "hardware", "presenter",
+                                                                                     "zoom"))]
+    outputs = [*_step_outputs(c), *_named(c, lesson.LESSON_OUTPUTS)]
+    for button, delta in ((c["lesson_btn"], 0), (c["lesson_prev"], -1), (c["lesson_next"], 1)):
+        button.click(lesson.on_lesson_move(delta), inputs, outputs, concurrency_id=MODEL_QUEUE,
+                     validator=app.validate_model_event, show_progress="minimal", api_visibility="private")
+    c["lesson_close"].click(lesson.on_lesson_close, None, _named(c, ("lesson_panel", "lesson_page")), queue=False,
+                            api_visibility="private", show_progress="hidden")
 
 
 def _wire_views(c: dict, app: ServedHandlers) -> None:
@@ -337,7 +391,8 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"], c["what_if"]]
     model_queue = {"concurrency_id": MODEL_QUEUE, "validator": app.validate_model_event}
     redraw = {**model_queue, "show_progress": "minimal"}
-    c["step"].input(handlers.on_step_change, change_inputs, [c["status"], c["strip"], *plots], **redraw)
+    c["step"].input(handlers.on_step_change, change_inputs, [*_named(c, ("status", "strip", "text", "offer")), *plots],
+                    **redraw)
     for control in (c["layer"], c["average"], c["zoom"]):
         control.input(handlers.on_view_change, change_inputs, plots, **redraw)
     c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, **model_queue)

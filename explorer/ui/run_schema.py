@@ -25,6 +25,7 @@ from explorer.analysis.precision import canonical_dtype
 from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, SamplingSettingsError
+from explorer.run import PromptInputs
 from explorer.trace import KVSnapshot, OpRecord, StepTrace
 
 # A 39-token, 3-step run of the embedded model is 10.9 MB, and each further decode step adds about
@@ -47,6 +48,7 @@ TRACE_KEYS = tuple(f.name for f in fields(StepTrace))
 OP_KEYS = tuple(f.name for f in fields(OpRecord))
 KV_KEYS = tuple(f.name for f in fields(KVSnapshot))
 SETTINGS_KEYS = tuple(f.name for f in fields(SamplingSettings))
+PROMPT_KEYS = tuple(f.name for f in fields(PromptInputs))
 
 DAMAGED = "The saved run is incomplete or damaged: "
 ADVICE = " Load the file as the explorer exported it (Export run), or export the run again."
@@ -129,6 +131,8 @@ def check_run(data: dict) -> None:
     _text(data["text"], "text")
     if "attention_left_out" in data:
         _text(data["attention_left_out"], "attention_left_out", MAX_LINE_CHARS)
+    if "prompt" in data:
+        _check_prompt(data["prompt"])
     traces = _list(data["traces"], "traces")
     if not traces:
         _fail("traces", "a list of the run's steps, the prefill first", traces)
@@ -146,6 +150,20 @@ def check_run(data: dict) -> None:
             _fail("pieces", f"keyed by token ids below {run.vocab}")
         _text(piece, f"pieces.{key}", MAX_LINE_CHARS)
     _check_config(_object(data["config"], "config", ("num_attention_heads",)), run)
+
+
+def _check_prompt(prompt) -> None:
+    """What the prefill was given: the prompt's text (or null with a token count), the chat-template
+    flag and the system prompt."""
+    _object(prompt, "prompt", PROMPT_KEYS, exact=True)
+    if prompt["text"] is None:
+        _whole(prompt["prompt_tokens"], "prompt.prompt_tokens", low=1)
+    else:
+        _text(prompt["text"], "prompt.text")
+        if prompt["prompt_tokens"] is not None:
+            _fail("prompt.prompt_tokens", "null for a text prompt", prompt["prompt_tokens"])
+    _flag(prompt["use_chat_template"], "prompt.use_chat_template")
+    _text(prompt["system_prompt"], "prompt.system_prompt")
 
 
 def _check_trace(trace, where: str, index: int, run: _Run) -> None:

@@ -10,12 +10,13 @@ hosted app's size cap) saves every matrix as null and says why under "attention_
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 
 from explorer.errors import ConfigError, ExportError
-from explorer.run import AttentionSource, Run, SavedAttention, step_to_dict
+from explorer.run import AttentionSource, PromptInputs, Run, SavedAttention, step_to_dict
 from explorer.trace import StepTrace, float32_array
 from explorer.ui.run_schema import check_run, read_run
 
@@ -31,8 +32,9 @@ def run_to_dict(run: Run, attention: AttentionSource | None) -> dict:
 def run_head(run: Run) -> dict:
     """Everything `run_to_dict` holds but the traces."""
     pieces = run.pieces
-    return {"format": FORMAT, "model": run.model, "description": run.description, "config": run.config,
+    head = {"format": FORMAT, "model": run.model, "description": run.description, "config": run.config,
             "ids": run.ids, "text": run.text, "pieces": {str(i): pieces[i] for i in sorted(pieces)}}
+    return head if run.prompt is None else {**head, "prompt": dataclasses.asdict(run.prompt)}
 
 
 def save_run(run: Run, attention: AttentionSource, path: Path, attention_left_out: str | None = None) -> Path:
@@ -80,10 +82,15 @@ def run_from_dict(data: dict) -> tuple[Run, SavedAttention]:
         raise ConfigError(f"Not a saved run of the LLM Inference Explorer (expected format {FORMAT}).")
     check_run(data)
     run = Run(data["model"], data["description"], data["config"])
+    if "prompt" in data:  # files exported before the prompt was saved have none
+        run.prompt = PromptInputs(**data["prompt"])
     pieces = {int(i): piece for i, piece in data["pieces"].items()}
-    matrices = {}
+    matrices, emitted, last = {}, "", len(data["traces"]) - 1
     for index, trace in enumerate(data["traces"]):
-        run.append(StepTrace.from_dict(trace), pieces if index == 0 else {}, data["text"])
+        step = StepTrace.from_dict(trace)
+        emitted += step.token_text
+        # the file keeps the final text; an earlier step's is the text its tokens added (special tokens shown)
+        run.append(step, pieces if index == 0 else {}, data["text"] if index == last else emitted)
         for record in trace["attention"]:
             if record["probs"] is not None:
                 matrices[(index, record["layer"])] = float32_array(record["probs"])

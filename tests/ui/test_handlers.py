@@ -37,7 +37,7 @@ def drawn(visit, view, step=None, layer=1, average_heads=False):
 
 
 def test_prefill_draws_the_view_on_screen_and_each_tab_draws_its_own(served):
-    visit, status, strip, text, steps, layer, *figures = prefill(served)
+    visit, status, strip, text, steps, layer, _offer, _confirm, *figures = prefill(served)
     T = len(visit.run.steps[0].input_ids)
     assert f"**prefill**: {T} token(s) in, context n = {T}" in status
     assert strip.count('class="tok prompt') == T and strip.count('class="tok next"') == 1
@@ -52,7 +52,7 @@ def test_decode_steps_grow_the_attention_and_the_cache(served):
     visit, *_ = prefill(served)
     T = len(visit.run.steps[0].input_ids)
     for _ in range(3):
-        visit, status, strip, text, steps, layer, *figures = handlers.on_decode_click(visit, *GREEDY, *VIEW)
+        visit, status, strip, text, steps, layer, _offer, _confirm, *figures = handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
     assert f"**step 3**: 1 token(s) in, context n = {T + 3}" in status
     assert [label for label, _ in steps["choices"]] == ["prefill", "step 1", "step 2", "step 3"]
     heatmaps = [trace for trace in figures[ATTENTION].data if trace.type == "heatmap"]
@@ -64,16 +64,16 @@ def test_decode_steps_grow_the_attention_and_the_cache(served):
 
 def test_run_n_tokens_redraws_after_each_and_stops_at_max_new_tokens(served):
     visit, *_ = prefill(served)
-    outputs = list(handlers.on_run_click(visit, 20, *GREEDY, *VIEW))
+    outputs = list(handlers.on_run_click(visit, None, 20, *GREEDY, *VIEW))
     assert len(outputs) == 7  # prefill chose token 1 of 8; seven decode steps choose the rest
-    assert [meta(out[6 + ATTENTION])["step"] for out in outputs] == list(range(1, 8))
+    assert [meta(out[8 + ATTENTION])["step"] for out in outputs] == list(range(1, 8))
     assert visit.session.finished and "Generation ended (max new tokens)" in outputs[-1][1]
 
 
 def test_going_back_to_a_step_redraws_it_without_running_the_model(served):
     visit, *_ = prefill(served)
     for _ in range(3):
-        handlers.on_decode_click(visit, *GREEDY, *VIEW)
+        handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
     ids = list(visit.run.ids)
     figures = handlers.on_view_change(visit, 1, 0, True, "h100-sxm", "attention")
     assert meta(figures[ATTENTION])["step"] == 1 and figures[JOURNEY] == gr.skip()
@@ -94,16 +94,16 @@ def test_moving_a_sampling_slider_resamples_the_stored_logits(served):
 
 def test_decode_before_prefill_is_an_error_message():
     with pytest.raises(gr.Error, match="Run the prefill first"):
-        handlers.on_decode_click(None, *GREEDY, *VIEW)
+        handlers.on_decode_click(None, None, *GREEDY, *VIEW)
     with pytest.raises(gr.Error, match="Run the prefill first"):
-        list(handlers.on_run_click(None, 3, *GREEDY, *VIEW))
+        list(handlers.on_run_click(None, None, 3, *GREEDY, *VIEW))
 
 
 @pytest.mark.parametrize("count", [0, None, 10_000])
 def test_run_n_tokens_out_of_range_is_an_error_message(served, count):
     visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="between 1 and 256"):
-        list(handlers.on_run_click(visit, count, *GREEDY, *VIEW))
+        list(handlers.on_run_click(visit, None, count, *GREEDY, *VIEW))
     assert len(visit.run.steps) == 1
 
 
@@ -115,9 +115,9 @@ def test_empty_prompt_is_an_error_message(served):
 def test_absurd_sampling_is_an_error_and_the_session_survives(served):
     visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="temperature must be"):
-        handlers.on_decode_click(visit, True, 0.0, 0, 1.0, 0.0, 0, 8, *VIEW)
+        handlers.on_decode_click(visit, None, True, 0.0, 0, 1.0, 0.0, 0, 8, *VIEW)
     assert len(visit.run.steps) == 1
-    visit, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    visit, *_ = handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
     assert len(visit.run.steps) == 2
 
 
@@ -147,7 +147,7 @@ def test_hosted_limits_refuse_other_models_long_runs_and_too_many_tokens(model):
         prefill(served, sampling=(False, 1.0, 0, 1.0, 0.0, 0, 129))
     visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="between 1 and 32"):
-        list(handlers.on_run_click(visit, 33, *GREEDY, *VIEW))
+        list(handlers.on_run_click(visit, None, 33, *GREEDY, *VIEW))
 
 
 def test_a_model_not_in_the_menu_is_refused(served):
@@ -176,7 +176,8 @@ def test_a_shape_only_model_takes_a_token_count_and_has_no_values(served):
     visit, status, *_ = prefill(served, prompt="", choice=choice)
     attention, sampling, roofline = (drawn(visit, view) for view in ("attention", "sampling", "roofline"))
     assert visit.run.steps[0].op("layers.0.attn.q_proj").output_shapes == [[1, 17, 2048]]
-    assert "shape-only mode has shapes but no values" in status
+    assert "shape-only: shapes measured on the meta device, no values and no compute time" in status
+    assert " ms measured" not in status
     assert "Shape-only mode" in attention.layout.annotations[0].text
     assert "Shape-only mode" in sampling.layout.annotations[0].text
     assert meta(roofline) == {"view": "roofline", "step": 0} and len(roofline.data) > 2
@@ -191,7 +192,8 @@ def test_an_unknown_model_is_an_error_message(served):
 
 def test_reset_forgets_the_session(served):
     visit, *_ = prefill(served)
-    state, status, strip, text, steps, layer, *figures = handlers.ServedHandlers(served).on_reset_click()
+    state, status, strip, text, steps, layer, offer, confirm, *figures = handlers.ServedHandlers(served).on_reset_click()
+    assert offer == confirm == {"visible": False, "__type__": "update"}
     assert visit.run.steps == () and len(served.live) == 0  # its memory is freed
     assert state is None and status == strip == text == "" and steps["choices"] == []
     assert [meta(f) for f in figures] == [{"view": v, "step": None} for v in VIEWS]
@@ -200,7 +202,7 @@ def test_reset_forgets_the_session(served):
 def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
     served = Served.create(ModelRegistry(model), LOCAL)
     visit, *_ = prefill(served, prompt="x" * 90)
-    handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
     n = len(visit.run.ids) - 1  # the tokens fed so far
     full = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, "")[ATTENTION]
     zoomed = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, " 10 ")[ATTENTION]
@@ -227,23 +229,64 @@ def test_a_prefill_moves_the_progress_bar_once_per_layer_and_a_decode_step_does_
     n_layers = len(visit.run.steps[0].attention)
     assert n_layers == 3 and calls == [(1 / 3, "Prefill: layer 1 of 3"), (2 / 3, "Prefill: layer 2 of 3"),
                                        (1.0, "Prefill: layer 3 of 3")]
-    handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
     assert len(calls) == n_layers
 
 
-def test_going_back_a_step_names_it_on_the_status_line_and_outlines_its_tokens(served):
-    visit, *_ = prefill(served)
+def test_going_back_a_step_shows_the_strip_text_and_status_as_they_were_after_it(served):
+    visit, *_ = prefill(served, sampling=SAMPLED)
     for _ in range(3):
-        handlers.on_decode_click(visit, *GREEDY, *VIEW)
-    status, strip, *figures = handlers.on_step_change(visit, 1, 0, False, "h100-sxm", "journey")
-    first = visit.run.steps[1]
+        handlers.on_decode_click(visit, None, *SAMPLED, *VIEW)
+    status, strip, text, offer, *figures = handlers.on_step_change(visit, 1, 0, False, "h100-sxm", "journey")
+    first, second = visit.run.steps[1], visit.run.steps[2]
     assert status.endswith(f". An earlier step: the latest is {step_label(visit.run.steps[3])}.")
     assert f"**{step_label(first)}**: 1 token(s) in, context n = {first.context_length}," in status
     assert strip.count(" shown") == 1 and f'tok generated shown" title="id {first.input_ids[0]} ' in strip
+    # the tokens fed up to step 1, then the one it chose (fed at step 2) dashed: no later token
+    assert strip.count('class="tok ') == first.context_length + 1
+    assert f'class="tok next" title="id {second.input_ids[0]} · chosen by step 1' in strip
+    assert text == visit.session.loaded.tokenizer.decode(visit.session.generated[:2], skip_special_tokens=True)
+    assert offer == {"visible": False, "__type__": "update"}
     assert meta(figures[JOURNEY]) == {"view": "journey", "step": 1}
     assert [f for i, f in enumerate(figures) if i != JOURNEY] == [gr.skip()] * (len(VIEWS) - 1)
-    latest, strip, *_ = handlers.on_step_change(visit, 3, 0, False, "h100-sxm", "journey")
-    assert "earlier step" not in latest and strip.count(" shown") == 1
+    latest, strip, text, *_ = handlers.on_step_change(visit, 3, 0, False, "h100-sxm", "journey")
+    assert "earlier step" not in latest and strip.count(" shown") == 1 and text == visit.run.text
+
+
+def test_next_token_at_an_earlier_step_asks_then_continues_from_it_or_from_the_latest(served):
+    visit, *_ = prefill(served, sampling=SAMPLED)
+    for _ in range(4):
+        handlers.on_decode_click(visit, None, *SAMPLED, *VIEW)
+    asked = handlers.on_decode_click(visit, 2, *SAMPLED, *VIEW)
+    assert len(visit.run.steps) == 5  # nothing ran, nothing dropped
+    assert "**Go on from which step?**" in asked[1] and "drops steps 3 to 4" in asked[1]
+    assert asked[6] == {"visible": True, "__type__": "update"}
+    assert [out for i, out in enumerate(asked) if i not in (1, 6)] == [gr.skip()] * (len(asked) - 2)
+    outputs = list(handlers.on_latest_click(visit, *SAMPLED, *VIEW))
+    assert len(visit.run.steps) == 6 and outputs[-1][6] == {"visible": False, "__type__": "update"}
+    handlers.on_decode_click(visit, 2, *SAMPLED, *VIEW)
+    list(handlers.on_branch_click(visit, *SAMPLED, *VIEW))
+    assert [t.step_index for t in visit.run.steps] == [0, 1, 2, 3]
+    # the same tokens as a fresh run that stopped at step 2 and went on with the same seed
+    fresh, *_ = prefill(served, sampling=SAMPLED, page="fresh")
+    for _ in range(3):
+        handlers.on_decode_click(fresh, None, *SAMPLED, *VIEW)
+    assert visit.run.ids == fresh.run.ids and visit.run.text == fresh.run.text
+    with pytest.raises(gr.Error, match="no step waiting"):
+        list(handlers.on_branch_click(visit, *SAMPLED, *VIEW))
+
+
+def test_the_end_of_generation_is_a_status_line_not_an_error(served):
+    visit, *_ = prefill(served)
+    list(handlers.on_run_click(visit, None, 20, *GREEDY, *VIEW))
+    assert visit.session.finished
+    outputs = handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
+    assert "Generation ended (max new tokens). Press Prefill for a new run" in outputs[1]
+    assert [out for i, out in enumerate(outputs) if i != 1] == [gr.skip()] * (len(outputs) - 1)
+    # from an earlier step the run goes on
+    handlers.on_decode_click(visit, 3, *GREEDY, *VIEW)
+    list(handlers.on_branch_click(visit, *GREEDY, *VIEW))
+    assert len(visit.run.steps) == 5
 
 
 def test_after_a_prefill_the_model_menu_says_which_model_the_session_runs(served):
@@ -264,7 +307,7 @@ def test_a_shape_only_model_without_a_tokenizer_asks_for_a_prompt_length_and_hid
 
 def test_a_what_if_redraws_the_roofline_without_running_the_model(served):
     visit, *_ = prefill(served)
-    handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
     steps = visit.run.steps
     scenario, figure = handlers.on_what_if_change(visit, 1, "h100-sxm", False, 64, 4096, None, "as run", "as run",
                                                   "fp8", True, True, False)

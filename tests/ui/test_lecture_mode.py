@@ -39,7 +39,7 @@ def run(served, steps=2, sampling=SAMPLED, page="page"):
     visit, *_ = handlers.ServedHandlers(served).on_prefill_click(FakeRequest(page), None, served.registry.default_choice, "", "Hello there", 17, False, "",
                                           *sampling, *VIEW)
     for _ in range(steps):
-        handlers.on_decode_click(visit, *sampling, *VIEW)
+        handlers.on_decode_click(visit, None, *sampling, *VIEW)
     return visit
 
 
@@ -83,7 +83,7 @@ def test_a_reloaded_run_draws_what_the_live_run_drew_after_its_budget_dropped_ma
 def test_a_saved_run_cannot_take_a_step(served):
     saved = handlers.ServedHandlers(served).on_import_upload(None, handlers.on_export_click(run(served, steps=0)), *VIEW)[0]
     with pytest.raises(gr.Error, match="saved run: there is no model"):
-        handlers.on_decode_click(saved, *SAMPLED, *VIEW)
+        handlers.on_decode_click(saved, None, *SAMPLED, *VIEW)
 
 
 def test_a_file_that_is_not_a_saved_run_is_an_error_message(served, tmp_path):
@@ -129,3 +129,12 @@ def test_share_and_load_fill_the_controls(served):
     values = dict(zip(LINK_FIELDS, filled, strict=True))
     assert values["prompt"] == "Bonjour" and values["temperature"] == 1.3
     assert values["model_choice"] == gr.skip() and values["seed"] == gr.skip()
+
+
+def test_loading_a_saved_run_restores_the_prompt_and_sampling_controls(served):
+    live = run(served, sampling=(True, 0.7, 12, 0.85, 0.05, 9, 8))
+    outputs = handlers.ServedHandlers(served).on_import_upload(FakeRequest("other"), handlers.on_export_click(live), *VIEW)
+    restored = dict(zip(handlers.RESTORED_INPUTS, outputs[handlers.STEP_OUTPUTS:], strict=True))
+    assert restored == {"prompt": "Hello there", "prompt_tokens": gr.skip(), "use_chat_template": False,
+                        "system_prompt": "", "do_sample": True, "temperature": 0.7, "top_k": 12, "top_p": 0.85,
+                        "min_p": 0.05, "seed": 9, "max_new_tokens": 8}

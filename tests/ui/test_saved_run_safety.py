@@ -245,7 +245,7 @@ class FakeRequest:
 def assert_still_live(served, visit) -> None:
     """The page's session is still `visit`, open: its prefill kept and a decode step runs."""
     assert len(served.live) == 1 and len(visit.run.steps) == 1
-    handlers.on_decode_click(visit, *SAMPLED, 0, False, "h100-sxm", "journey")
+    handlers.on_decode_click(visit, None, *SAMPLED, 0, False, "h100-sxm", "journey")
     assert len(visit.run.steps) == 2
 
 
@@ -282,7 +282,7 @@ def test_an_imported_run_draws_every_view_then_replaces_the_pages_session(served
     live = live_session(served)
     outputs = handlers.ServedHandlers(served).on_import_upload(FakeRequest("page"), write(tmp_path, run), 0, False,
                                                                "h100-sxm", "journey")
-    assert [figure.layout.meta for figure in outputs[-len(VIEWS):]] == [{"view": v, "step": 2} for v in VIEWS]
+    assert [figure.layout.meta for figure in outputs[handlers.STEP_OUTPUTS - len(VIEWS):handlers.STEP_OUTPUTS]] == [{"view": v, "step": 2} for v in VIEWS]
     assert len(served.live) == 1 and live.run.steps == ()  # the live session was replaced, and freed
 
 
@@ -291,7 +291,7 @@ def test_attention_the_run_gave_up_is_said_in_the_view_not_refused(served, run, 
         record["probs"] = None  # what a long session saves for attention beyond its budget
     outputs = handlers.ServedHandlers(served).on_import_upload(None, write(tmp_path, run), 0, False, "h100-sxm",
                                                                "attention")
-    attention = outputs[-len(VIEWS) + VIEWS.index("attention")]
+    attention = outputs[handlers.STEP_OUTPUTS - len(VIEWS) + VIEWS.index("attention")]
     assert "holds no attention for layer 0 at step 0" in attention.layout.annotations[0].text
 
 
@@ -300,7 +300,7 @@ def test_a_run_saved_on_a_gpu_draws_its_roofline_here(served, run, tmp_path):
         trace["device"] = "cuda:0"  # asking this machine for that GPU's name failed without CUDA
     outputs = handlers.ServedHandlers(served).on_import_upload(None, write(tmp_path, run), 0, False, "this-machine",
                                                                "roofline")
-    roofline = outputs[-1]
+    roofline = outputs[handlers.STEP_OUTPUTS - 1]
     assert roofline.layout.meta == {"view": "roofline", "step": 2}
     assert not [t for t in roofline.data if t.name.endswith("measured")]  # measured on another machine
 

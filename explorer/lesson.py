@@ -1,0 +1,270 @@
+"""The guided lesson: short pages, each a claim about the run on screen, written from its numbers.
+
+A page names the view, the layer and the what-if it needs, and writes its few sentences from the
+`Run` (measured shapes, times, probabilities and cache bytes), the cost model (FLOPs, bytes, bounds:
+estimated) and the chosen machine: the same page says other numbers for another prompt or model,
+and every claim on it is true of the run shown. Nothing here runs the model (the app runs a decode
+step first where a page needs one) or draws: `page_text` is a pure function of what it is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from explorer.analysis.hardware import Hardware
+from explorer.analysis.measured import Scenario, StepCosts, scenario_costs
+from explorer.analysis.roofline import StepRoofline, costs_roofline
+from explorer.figures.theme import si_text
+from explorer.run import Run
+from explorer.trace import StepTrace
+
+LESSON_BATCH = 64  # the batch of the last page's what-if: decode's lesson shows by then
+
+
+@dataclass(frozen=True)
+class LessonPage:
+    """One page of the lesson.
+
+    Attributes:
+        key: its name in code and tests.
+        title: its heading.
+        view: the view it shows (one of `explorer.figures.views.VIEWS`).
+        layer: "first", "middle" or "last": which decoder layer its view shows.
+        batch: the roofline what-if's batch B it sets (None: the run's own).
+    """
+
+    key: str
+    title: str
+    view: str
+    layer: str = "first"
+    batch: int | None = None
+
+
+PAGES = (
+    LessonPage("prefill_decode", "Prefill, then one token at a time", "forward"),
+    LessonPage("one_layer", "One layer, stop by stop", "journey"),
+    LessonPage("memory_bound", "Why a decode step reads every weight", "roofline"),
+    LessonPage("kv_cache", "What the KV cache saves", "kv_cache"),
+    LessonPage("gqa", "GQA: query heads share KV heads", "attention", layer="middle"),
+    LessonPage("attention_row", "The row a decode step adds", "attention", layer="last"),
+    LessonPage("sampling", "From logits to a token: temperature, top-k, top-p, min-p", "sampling"),
+    LessonPage("batch", f"What a batch of {LESSON_BATCH} changes on the roofline", "roofline", batch=LESSON_BATCH),
+)
+
+
+@dataclass(frozen=True)
+class LessonInputs:
+    """What the pages are written from.
+
+    Attributes:
+        run: the run, with at least one decode step.
+        step: the decode step the pages speak of (>= 1).
+        layer: the decoder layer the page's view shows.
+        hardware: the roofline's machine.
+        attention: the shown layer's probabilities at `step`, [h_q, 1, n] float32 (None in shape-only mode).
+    """
+
+    run: Run
+    step: int
+    layer: int
+    hardware: Hardware
+    attention: np.ndarray | None = None
+
+
+def page_layer(page: LessonPage, n_layers: int) -> int:
+    """The decoder layer `page` shows, of `n_layers`."""
+    return {"first": 0, "middle": n_layers // 2, "last": n_layers - 1}[page.layer]
+
+
+def page_text(page: LessonPage, inputs: LessonInputs) -> str:
+    """The page's sentences (Markdown) for this run.
+
+    Raises:
+        ValueError: `inputs.step` is not a decode step of the run.
+    """
+    if not 1 <= inputs.step < len(inputs.run.steps):
+        raise ValueError(f"the lesson speaks of a decode step; step {inputs.step} is not one of this run's")
+    return _WRITERS[page.key](inputs)
+
+
+def _prefill_decode(i: LessonInputs) -> str:
+    prefill, step = i.run.steps[0], i.run.steps[i.step]
+    d, L, T = _spec(i).hidden_size, _spec(i).n_layers, len(prefill.input_ids)
+    times = "" if step.shape_only else (
+        f" The prefill took **{prefill.wall_ms:.0f} ms** for {T} tokens, this step **{step.wall_ms:.0f} ms** "
+        f"for one (measured).")
+    return (f"The **prefill** ran all **T = {T}** prompt tokens through the {L} layers in one pass: the residual "
+            f"stream is [1, {T}, {d}] (B, T, d), the blue shapes. Each **decode** step feeds only the token "
+            f"chosen last, [1, 1, {d}] (orange), and reads the keys and values of the earlier tokens from the "
+            f"KV cache: at {_label(step)} the context is **n = {step.context_length}**.{times}")
+
+
+def _one_layer(i: LessonInputs) -> str:
+    spec, step = _spec(i), i.run.steps[i.step]
+    h_q, h_kv, d_h, d, d_ff = spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.hidden_size, spec.intermediate_size
+    scores = _output_shape(i.run.steps[0], i.layer, "attn.scores")
+    decode_scores = _output_shape(step, i.layer, "attn.scores")
+    return (f"Layer {i.layer} of {spec.n_layers}; every layer runs these stops with its own weights (×{spec.n_layers}). "
+            f"Attention: a norm, then q/k/v projections ({d} → {h_q * d_h} for Q, {d} → {h_kv * d_h} for K and V: "
+            f"{h_q} query heads, {h_kv} KV heads of d_h = {d_h}), RoPE, the KV-cache write, scores "
+            f"**{scores}** at the prefill but **{decode_scores}** at {_label(step)} (one query row), softmax, "
+            f"the weighted sum and o_proj, added back to the stream. The MLP: {d} → {d_ff} → {d}, added back. "
+            "Shapes are measured by hooks on the real modules.")
+
+
+def _memory_bound(i: LessonInputs) -> str:
+    prefill, decode = _roofline(i, 0), _roofline(i, i.step)
+    ridge = i.hardware.ridge_point(decode.precision.activations)
+    total = decode.total.cost
+    return (f"At {_label(i.run.steps[i.step])} the model does **{si_text(total.flops, 'FLOP')}** and moves "
+            f"**{si_text(total.bytes, 'B')}**, nearly all of it the weights, read once for one token: "
+            f"**{total.arithmetic_intensity:.1f} FLOP/byte**. {i.hardware.name} needs "
+            f"**{ridge:.0f} FLOP/byte** (its ridge point) to keep its arithmetic busy, so decode waits on memory: "
+            f"{decode.memory_bound_fraction:.0%} of its time lower bound "
+            f"({decode.time_lower_bound_s * 1e3:.3g} ms) is memory-bound. The prefill uses each weight for all "
+            f"{prefill.step.tokens} tokens: {prefill.total.cost.arithmetic_intensity:.1f} FLOP/byte. "
+            "(Estimated by the cost model.)")
+
+
+def _kv_cache(i: LessonInputs) -> str:
+    spec, step = _spec(i), i.run.steps[i.step]
+    held = sum(kv.key_bytes + kv.value_bytes for kv in step.kv)
+    per_token = held / step.context_length
+    kv_flops = 2 * spec.hidden_size * 2 * spec.n_kv_heads * spec.head_dim * spec.n_layers  # K and V, one token
+    most = i.run.config.get("max_position_embeddings") or 0
+    at_most = f"; at this model's whole context of {most:,} tokens: **{_bytes(per_token * most)}**" if most else ""
+    return (f"After {_label(step)} the cache holds K and V of **n = {step.context_length}** positions in "
+            f"{spec.n_layers} layers: **{_bytes(held)}** (measured), **{_bytes(per_token)} per token**{at_most}. "
+            f"So a decode step computes K and V for its one new token only ({si_text(kv_flops, 'FLOP')}) instead of "
+            f"all {step.context_length} again ({si_text(kv_flops * step.context_length, 'FLOP')}, computed), "
+            "and reads the cache instead: the cost moves from compute to memory.")
+
+
+def _gqa(i: LessonInputs) -> str:
+    spec, step = _spec(i), i.run.steps[i.step]
+    h_q, h_kv = spec.n_heads, spec.n_kv_heads
+    held = sum(kv.key_bytes + kv.value_bytes for kv in step.kv)
+    if h_q == h_kv:
+        return (f"This model is **MHA**: each of its {h_q} query heads has its own KV head (g = 1), so its cache "
+                f"holds {h_q} heads per layer ({_bytes(held)} now). GQA models share one KV head among g query heads "
+                "and cache g times less.")
+    g = h_q // h_kv
+    return (f"The **{h_q} query heads** share **{h_kv} KV heads**: each group of **g = {g}** heads (one frame in the "
+            f"view) reads the same K and V. So the cache is {g}× smaller than an MHA model's of the same size "
+            f"(**{_bytes(held)}** against {_bytes(held * g)} now), and a decode step reads {g}× fewer cache bytes. "
+            f"Heads of one group still weigh the keys differently: each has its own queries (layer {i.layer}).")
+
+
+def _attention_row(i: LessonInputs) -> str:
+    step = i.run.steps[i.step]
+    n = step.context_length
+    head = f"At {_label(step)} one new query, the token fed, attends to all **n = {n}** keys: one new row per head."
+    if i.attention is None:
+        return f"{head} (Shape-only mode: no values to show.)"
+    row = i.attention[:, -1, :].mean(axis=0)  # [n], the heads' mean weight on each key
+    top = int(np.argmax(row))
+    pieces = i.run.pieces_until(i.step)
+    first = float(row[0])
+    where = (": an **attention sink**, weight with nowhere better to go lands on the first token." if top == 0
+             else f". The first token holds {first:.2f}.")
+    return (f"{head} In layer {i.layer}, averaged over its heads, the largest weight, **{row[top]:.2f}**, is on key "
+            f"{top} {_quoted(pieces[top])}{where} The newest key, the token itself, holds {float(row[-1]):.2f}. "
+            "Each row sums to 1 (measured softmax probabilities); the colour scale is stretched so small weights show.")
+
+
+def _sampling(i: LessonInputs) -> str:
+    step = i.run.steps[i.step]
+    record = step.sampling
+    if record is None:
+        return "Shape-only mode: there are no logits, so nothing is sampled."
+    vocab = record.stages[0].logits.size
+    raw = _probs(record.stages[0].logits)
+    top = int(np.argmax(raw))
+    kept = [f"{stage.name.replace('_', '-')} keeps **{int(np.isfinite(stage.logits).sum()):,}**"
+            for stage in record.stages[1:] if stage.name != "temperature"]
+    how = "drew" if record.settings.get("do_sample") else "took the most likely token, greedy:"
+    filters = (f" Then {', '.join(kept)}." if kept else " No filter is on.")
+    return (f"{_label(step).capitalize()} scored all **{vocab:,}** tokens (the logits). Raw, the top one is "
+            f"{_quoted(i.run.piece(top))} with p = **{raw[top]:.2f}**.{filters} The step {how} "
+            f"{_quoted(i.run.piece(record.token_id))} (p = {record.token_prob:.2f} in the distribution it was drawn "
+            "from). Each filter runs over the whole vocabulary with transformers' own logits processors; move a "
+            "control in the settings to preview another choice on these same logits.")
+
+
+def _batch(i: LessonInputs) -> str:
+    own = _costs(i, i.step)
+    batched = scenario_costs(i.run.spec, own, Scenario(batch=LESSON_BATCH))
+    one, many = _of(own, i.hardware), _of(batched, i.hardware)
+    gemm_one, gemm_many = _gemm_intensity(one), _gemm_intensity(many)
+    return (f"The same decode step for a **batch of {LESSON_BATCH}** sequences (a what-if: the model is not run). "
+            f"Each weight is read once for all {LESSON_BATCH} tokens, so the weight GEMMs' intensity goes from "
+            f"**{gemm_one:.1f}** to **{gemm_many:.0f} FLOP/byte**, while attention reads each sequence's own cache and "
+            f"stays where it was. The step's bound goes from {one.time_lower_bound_s * 1e3:.3g} ms for 1 token to "
+            f"{many.time_lower_bound_s * 1e3:.3g} ms for {LESSON_BATCH} ({many.tokens_per_s / one.tokens_per_s:.0f}× the "
+            f"tokens/s), and attention's share of it from {_share(one.attention_fraction)} to "
+            f"**{_share(many.attention_fraction)}**. Set the batch back under \"Roofline what-ifs\" in the settings. "
+            "(Estimated by the cost model.)")
+
+
+_WRITERS = {"prefill_decode": _prefill_decode, "one_layer": _one_layer, "memory_bound": _memory_bound,
+            "kv_cache": _kv_cache, "gqa": _gqa, "attention_row": _attention_row, "sampling": _sampling,
+            "batch": _batch}
+
+
+def _spec(i: LessonInputs):
+    if i.run.spec is None:
+        raise ValueError("the lesson needs a model family the cost model knows")
+    return i.run.spec
+
+
+def _costs(i: LessonInputs, step: int) -> StepCosts:
+    _spec(i)
+    return i.run.costs(step)
+
+
+def _roofline(i: LessonInputs, step: int) -> StepRoofline:
+    return _of(_costs(i, step), i.hardware)
+
+
+def _of(costs: StepCosts, hardware: Hardware) -> StepRoofline:
+    return costs_roofline(costs.step, costs.by_op, costs.total, hardware, costs.precision)
+
+
+def _gemm_intensity(roofline: StepRoofline) -> float:
+    """The weight GEMMs' FLOPs over their bytes, together."""
+    gemms = [p.cost for p in roofline.points if p.cost.kind == "gemm"]
+    return sum(c.flops for c in gemms) / sum(c.bytes for c in gemms)
+
+
+def _output_shape(trace: StepTrace, layer: int, stop: str) -> str:
+    op = next(op for op in trace.ops if op.name == f"layers.{layer}.{stop}")
+    return "[" + ", ".join(str(x) for x in op.output_shapes[0]) + "]"
+
+
+def _probs(logits: np.ndarray) -> np.ndarray:
+    """Softmax in float64 over the finite logits."""
+    shifted = np.exp(logits.astype(np.float64) - np.max(logits))
+    return shifted / shifted.sum()
+
+
+def _label(trace: StepTrace) -> str:
+    return "the prefill" if trace.step_index == 0 else f"decode step {trace.step_index}"
+
+
+def _quoted(piece: str) -> str:
+    """A token piece as the page quotes it: its repr, so spaces and newlines show (Markdown escaped)."""
+    return "`" + repr(piece).replace("`", "'") + "`"
+
+
+def _share(fraction: float) -> str:
+    """A share as a percentage, to one decimal below 10%."""
+    return f"{fraction:.1%}" if fraction < 0.1 else f"{fraction:.0%}"
+
+
+def _bytes(size: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size:.0f} B"

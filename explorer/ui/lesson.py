@@ -1,0 +1,86 @@
+"""The guided lesson in the app: a page at a time over the page's own run (`explorer.lesson`).
+
+Each page sets the app state it speaks of (its view's tab, the layer, the latest step, the
+roofline's what-if batch) and draws that view, so the sentences and the figure on screen agree. A
+run with only its prefill gets one decode step first, with the sampling settings on the page (the
+lesson says so): the lesson drives the real run, it does not show a canned one.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from explorer.analysis.measured import Scenario
+from explorer.errors import SessionStateError
+from explorer.lesson import PAGES, LessonInputs, LessonPage, page_layer, page_text
+from explorer.runner.probe import resolve_hardware
+from explorer.ui import handlers
+from explorer.ui.toasts import shows_errors
+from explorer.ui.views import Visit
+
+# After the step outputs: the lesson's panel, its text, its page index, the view tabs, the view on
+# screen, the roofline's what-if and its batch box.
+LESSON_OUTPUTS = ("lesson_panel", "lesson_text", "lesson_page", "tabs_selected", "shown", "what_if", "wi_batch")
+CLOSED_TEXT = ""
+
+
+def on_lesson_move(delta: int):
+    """The handler of the lesson's Previous (-1), Next (+1) or open (0: the first page, or the page
+    it was on) button: go to that page, set up its app state and draw its view."""
+
+    @shows_errors
+    def move(visit: Visit | None, index: int | None, *controls):
+        sampling, (average, hardware, presenter, zoom) = controls[:handlers.SAMPLING_INPUTS], \
+            controls[handlers.SAMPLING_INPUTS:]
+        if visit is None or not visit.open:
+            raise SessionStateError("The lesson speaks of your own run: type a prompt (or keep the example), "
+                                    "press Prefill, then open the lesson.")
+        index = 0 if index is None else max(0, min(index + delta, len(PAGES) - 1))
+        ran = _ensure_decode_step(visit, sampling)
+        return lesson_outputs(visit, index, average, hardware, presenter, zoom, ran)
+
+    return move
+
+
+def on_lesson_close():
+    """End the lesson: its panel hidden (the app stays where the lesson left it)."""
+    return gr.update(visible=False), None
+
+
+def lesson_outputs(visit: Visit, index: int, average: bool, hardware: str, presenter: bool, zoom: str | None,
+                   ran: bool = False) -> tuple:
+    """The step outputs with page `index`'s view drawn, then `LESSON_OUTPUTS`."""
+    page = PAGES[index]
+    run = visit.run
+    n_layers = len(run.steps[0].kv)
+    layer, step = page_layer(page, n_layers), len(run.steps) - 1
+    scenario = Scenario(batch=page.batch)
+    machine = resolve_hardware(hardware)
+    attention = None if run.latest.shape_only else visit.attention.probs(step, layer)
+    text = page_text(page, LessonInputs(run, step, layer, machine, attention))
+    outputs = handlers.step_outputs(visit, layer, average, hardware, page.view, presenter, zoom, scenario)
+    # a roofline page sets the what-if it speaks of (and its batch box, so the settings say so)
+    what_if = (scenario, page.batch) if page.view == "roofline" else (gr.skip(), gr.skip())
+    return (*outputs, gr.update(visible=True), _page_markdown(page, index, text, ran), index,
+            gr.update(selected=page.view), page.view, *what_if)
+
+
+def _ensure_decode_step(visit: Visit, sampling: tuple) -> bool:
+    """Run one decode step where the run has only its prefill (the pages speak of a decode step);
+    True if one ran.
+
+    Raises:
+        SessionStateError: a saved run with no decode step (no model to run one), or a finished one.
+    """
+    if len(visit.run.steps) > 1:
+        return False
+    if visit.saved:
+        raise SessionStateError("This saved run holds only its prefill; the lesson needs a decode step. "
+                                "Press Prefill to start a live run.")
+    visit.session.decode_step(handlers.settings_from(*sampling))
+    return True
+
+
+def _page_markdown(page: LessonPage, index: int, text: str, ran: bool) -> str:
+    ran_note = " *(The lesson ran decode step 1 on your prompt for this.)*" if ran else ""
+    return f"**Lesson {index + 1} of {len(PAGES)}: {page.title}.** {text}{ran_note}"
