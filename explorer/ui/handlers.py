@@ -27,6 +27,7 @@ from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
 from explorer.ui.export import export_label, plan_export, write_export
 from explorer.ui.hosting import Limits, Served, client_address
+from explorer.ui.legend import legend_html
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.plain import markdown_text
 from explorer.ui.saved import load_run
@@ -440,11 +441,11 @@ def _hidden() -> dict:
 
 def _strip(visit: Visit, step: int) -> str:
     """The token strip as it was after `step`: the tokens fed up to it, its own outlined, and the token
-    it chose dashed (the later steps' tokens are not shown)."""
+    it chose dashed (the later steps' tokens are not shown); then the legend of the symbols and chips."""
     run = visit.run
     traces = list(run.steps[: step + 1])
     chosen = traces[-1].sampling
-    return token_strip_html(traces, step, run.piece(chosen.token_id) if chosen else None)
+    return token_strip_html(traces, step, run.piece(chosen.token_id) if chosen else None) + legend_html(run, step)
 
 
 def status_text(visit: Visit, step: int) -> str:

@@ -320,3 +320,17 @@ def test_a_what_if_redraws_the_roofline_without_running_the_model(served):
     cleared, plain = handlers.on_what_if_change(visit, 1, "h100-sxm", False, None, float("nan"), 0, "as run",
                                                 "bogus", "as run", False, False, False)
     assert not cleared.active and plain.layout.title.text.startswith("Time lower bound: decode ≥ ")
+
+
+def test_the_legend_gives_each_symbol_this_models_value_at_the_step_shown(served):
+    visit, status, strip, *_ = prefill(served)
+    config = visit.session.loaded.model.config
+    T = len(visit.run.steps[0].input_ids)
+    expected = {"B": 1, "T": T, "n": T, "d": config.hidden_size, "h_q": config.num_attention_heads,
+                "h_kv": config.num_key_value_heads, "d_h": config.head_dim, "d_ff": config.intermediate_size,
+                "V": config.vocab_size}
+    for name, value in expected.items():
+        assert f">{name}</b> = {value:,}" in strip, name
+    assert f"<b>L</b> = {config.num_hidden_layers} layers" in strip
+    _, strip, *_ = handlers.on_decode_click(visit, None, *GREEDY, *VIEW)[1:]
+    assert ">T</b> = 1 " in strip and f">n</b> = {T + 1} " in strip
