@@ -46,10 +46,9 @@ PLOT_IDS = {"forward": "forward-plot", "journey": "journey-plot", "attention": "
 SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · **R** reset (R again: yes) · "
              "**1-6** switch views · **F** full screen · **S** these settings · **L** the lesson (its pages: "
              "← →, PageUp, PageDown)")
-TITLE = ("**LLM Inference Explorer** · type a prompt, run the **prefill**, then one **decode** step at a time; "
-         "**Lesson** (key **L**) walks you through your run. "
-         '<span class="hint">Model, sampling, examples, presenter mode and export: the settings at the left '
-         "(key **S**).</span>")
+TITLE = ("**LLM Inference Explorer** · a prompt, its **prefill**, then one **decode** step at a time · "
+         "**Lesson** (key **L**): a tour of your run · "
+         '<span class="hint">model, sampling, examples, presenter mode: the settings at the left (key **S**)</span>')
 # The page's own text follows presenter mode at once (the figures are redrawn on the server); the
 # presenter flag is the third-to-last input of a view change (then the zoom and the what-if).
 # The figure of the selected tab, saved by plotly.js in the browser (named after its layout.meta).
