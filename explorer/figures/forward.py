@@ -138,7 +138,7 @@ def forward_figure(prefill: StepTrace, decode: StepTrace | None, layer: int, n_l
               "shapes": _frames(rows, nodes), "showlegend": False, "hovermode": "closest",
               "annotations": _notes(nodes, stages, n_layers, width, top)}
     fig = go.Figure(data=data, layout=layout)
-    title = (f"Forward pass, layer {layer} of {n_layers}: {stage_title(prefill)}"
+    title = (f"Layer {layer} of {n_layers} (all alike), each stop's measured output shape: {stage_title(prefill)}"
              + (f" beside {stage_title(decode)}" if decode else ""))
     base_layout(fig, "forward", decode.step_index if decode else 0, title,
                 height=round((top - bottom + 0.7) * SLOT_PX) + 100)
