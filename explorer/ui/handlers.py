@@ -96,7 +96,7 @@ class ServedHandlers:
         Returns the step outputs."""
         model_choice, custom_model, prompt, prompt_tokens, use_chat_template, system_prompt, *controls = inputs
         sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
-        settings = _allowed(settings_from(*sampling), self.served.limits)
+        settings = allowed_settings(settings_from(*sampling), self.served.limits)
         loaded = self.served.registry.get(model_choice, custom_model)
         session = InferenceSession(loaded, settings, max_prompt_tokens=self.served.limits.max_prompt_tokens,
                                    limit_advice=self.served.limit_advice())
@@ -263,7 +263,7 @@ def _decode(visit: Visit, count: int, controls: tuple):
     if session.finished:
         yield _ended_outputs(visit)
         return
-    settings = _allowed(settings_from(*sampling), visit.limits)  # kept only if the step runs
+    settings = allowed_settings(settings_from(*sampling), visit.limits)  # kept only if the step runs
     for _ in range(count):
         session.decode_step(settings)
         yield step_outputs(visit, *view_controls)
@@ -449,13 +449,14 @@ def _strip(visit: Visit, step: int) -> str:
 
 
 def status_text(visit: Visit, step: int) -> str:
-    """The model, then one line on the step shown: tokens in, context, its totals (wall time measured,
+    """The model's name and device, then one line on the step shown: tokens in, context, its totals (wall time measured,
     FLOPs and bytes estimated by the cost model), the chosen token (and, for an earlier step, which
     step is the latest)."""
     trace = visit.run.steps[step]
     source = "a saved run, shown without the model: " if visit.saved else ""
-    line = (f"{source}{markdown_text(visit.run.description)}\n\n**{step_label(trace)}**: "
-            f"{_step_summary(trace, visit.run.costs(step))}")
+    # the model's name and device (its whole description is in the model menu): one line at 1280 px
+    model = f"{visit.run.description.split(':')[0]} on {trace.device}"
+    line = f"{source}{markdown_text(model)}\n\n**{step_label(trace)}**: {_step_summary(trace, visit.run.costs(step))}"
     if trace.finished:
         line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."
     if step != len(visit.run.steps) - 1:
@@ -468,7 +469,7 @@ def _step_summary(trace: StepTrace, costs: StepCosts | None) -> str:
     meta device: nothing is computed there); the cost model's FLOPs and bytes; the chosen token."""
     tokens = f"{len(trace.input_ids)} token(s) in, context n = {trace.context_length}"
     estimate = "" if costs is None else (f", {si_text(costs.total.flops, 'FLOP')} and "
-                                         f"{si_text(costs.total.bytes, 'B')} moved (estimated)")
+                                         f"{si_text(costs.total.bytes, 'B')} (estimated)")
     if trace.shape_only:
         return f"{tokens}{estimate}; shape-only: shapes measured on the meta device, no values and no compute time"
     rate = f", {1e3 / trace.wall_ms:.1f} tokens/s" if trace.stage == "decode" and trace.wall_ms > 0 else ""
@@ -523,7 +524,7 @@ def _views(visit: Visit, options: ViewOptions, shown: str) -> tuple:
     return tuple(render(visit, options, view) if view == shown else gr.skip() for view in VIEWS)
 
 
-def _allowed(settings: SamplingSettings, limits: Limits) -> SamplingSettings:
+def allowed_settings(settings: SamplingSettings, limits: Limits) -> SamplingSettings:
     """`settings` if within `limits`.
 
     Raises:

@@ -77,7 +77,7 @@ def _ensure_decode_step(visit: Visit, sampling: tuple) -> bool:
     if visit.saved:
         raise SessionStateError("This saved run holds only its prefill; the lesson needs a decode step. "
                                 "Press Prefill to start a live run.")
-    visit.session.decode_step(handlers.settings_from(*sampling))
+    visit.session.decode_step(handlers.allowed_settings(handlers.settings_from(*sampling), visit.limits))
     return True
 
 

@@ -241,7 +241,7 @@ def test_a_zoom_is_kept_when_the_next_step_redraws_the_figure(open_app):
     plot = "#kv-plot .js-plotly-plot"
     assert page.locator(plot).evaluate("g => g.layout.uirevision !== undefined && g.layout.uirevision !== null"), \
         "the figure has no layout.uirevision: nothing says the next figure is the same one"
-    # a person's drag across the layer bars (the second subplot): a zoom on its x axis
+    # a person's drag across the totals over the steps (the second subplot): a zoom on its x axis
     box = page.locator(f"{plot} .nsewdrag[data-subplot='x2y2']").bounding_box()
     y = box["y"] + box["height"] / 2
     page.mouse.move(box["x"] + 0.25 * box["width"], y)

@@ -241,7 +241,7 @@ def test_going_back_a_step_shows_the_strip_text_and_status_as_they_were_after_it
     first, second = visit.run.steps[1], visit.run.steps[2]
     assert status.endswith(f". An earlier step: the latest is {step_label(visit.run.steps[3])}.")
     assert f"**{step_label(first)}**: 1 token(s) in, context n = {first.context_length}," in status
-    assert strip.count(" shown") == 1 and f'tok generated shown" title="id {first.input_ids[0]} ' in strip
+    assert strip.count("tok generated shown") == 1 and f'tok generated shown" title="id {first.input_ids[0]} ' in strip
     # the tokens fed up to step 1, then the one it chose (fed at step 2) dashed: no later token
     assert strip.count('class="tok ') == first.context_length + 1
     assert f'class="tok next" title="id {second.input_ids[0]} · chosen by step 1' in strip
@@ -250,7 +250,7 @@ def test_going_back_a_step_shows_the_strip_text_and_status_as_they_were_after_it
     assert meta(figures[JOURNEY]) == {"view": "journey", "step": 1}
     assert [f for i, f in enumerate(figures) if i != JOURNEY] == [gr.skip()] * (len(VIEWS) - 1)
     latest, strip, text, *_ = handlers.on_step_change(visit, 3, 0, False, "h100-sxm", "journey")
-    assert "earlier step" not in latest and strip.count(" shown") == 1 and text == visit.run.text
+    assert "earlier step" not in latest and strip.count("tok generated shown") == 1 and text == visit.run.text
 
 
 def test_next_token_at_an_earlier_step_asks_then_continues_from_it_or_from_the_latest(served):
