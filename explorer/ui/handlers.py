@@ -210,18 +210,18 @@ class ServedHandlers:
 
 
 @shows_errors
-def on_decode_click(visit: Visit | None, step: int | None, *controls):
+def on_decode_click(visit: Visit | None, *controls):
     """Run one decode step of the person's session (`_decode_from`). Returns the step outputs."""
-    return tuple(_decode_from(visit, step, 1, controls))[-1]
+    return tuple(_decode_from(visit, 1, controls))[-1]
 
 
 @shows_errors
-def on_run_click(visit: Visit | None, step: int | None, count: float | None, *controls):
+def on_run_click(visit: Visit | None, count: float | None, *controls):
     """Run up to `count` decode steps, redrawing after each; stops early where generation ends."""
     most = _session(visit) and visit.limits.max_run_tokens
     if count is None or not 1 <= count <= most:
         raise SessionStateError(f"Run between 1 and {most} tokens at a time.")
-    yield from _decode_from(visit, step, int(count), controls)
+    yield from _decode_from(visit, int(count), controls)
 
 
 @shows_errors
@@ -242,23 +242,22 @@ def on_latest_click(visit: Visit | None, *controls):
     yield from _decode(visit, count, controls)
 
 
-def _decode_from(visit: Visit | None, step: int | None, count: int, controls: tuple):
-    """Decode `count` steps after the latest one, or, where the page shows an earlier `step`, ask
-    first whether to continue from it (the later steps dropped) or from the latest step; a finished
-    generation says so on the status line."""
+def _decode_from(visit: Visit | None, count: int, controls: tuple):
+    """Decode `count` steps after the latest one, or, where the person went back to an earlier step
+    (`Visit.viewing`: the page's step menu, read when it was chosen, not when a click was queued, so
+    clicks queued during a step still run one after another), ask first whether to continue from it
+    (the later steps dropped) or from the latest step; a finished generation says so on the status line."""
     _session(visit)
-    latest = len(visit.run.steps) - 1
-    shown = _index(step, latest, latest)
-    if shown < latest:
-        visit.pending = (shown, count)
-        return iter([_offer_outputs(visit, shown)])
+    if visit.viewing is not None:
+        visit.pending = (visit.viewing, count)
+        return iter([_offer_outputs(visit, visit.viewing)])
     return _decode(visit, count, controls)
 
 
 def _decode(visit: Visit, count: int, controls: tuple):
     """Run up to `count` decode steps after the latest one, yielding the step outputs after each."""
     sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
-    visit.pending = None
+    visit.pending = visit.viewing = None
     session = visit.session
     if session.finished:
         yield _ended_outputs(visit)
@@ -354,6 +353,7 @@ def on_step_change(visit: Visit | None, step: int | None, layer: int, average_he
         return tuple(gr.skip() for _ in range(4 + len(VIEWS)))
     options = _options(visit, step, layer, average_heads, hardware, presenter, zoom, what_if)
     visit.pending = None
+    visit.viewing = options.step if options.step < len(visit.run.steps) - 1 else None
     return (status_text(visit, options.step), _strip(visit, options.step), visit.run.text_at(options.step),
             _hidden(), *_views(visit, options, shown))
 
@@ -426,6 +426,7 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
     latest step shown, the view `shown` drawn and the others left as they are."""
     traces = visit.run.steps
     latest = len(traces) - 1
+    visit.viewing = None
     n_layers = len(traces[0].kv)
     layer = _index(layer, 0, n_layers - 1)
     options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom),

@@ -323,7 +323,7 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
     model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]],
                  "validator": app.validate_model_event}
     outputs, views, sampling = _step_outputs(c), _named(c, VIEW_INPUTS), _named(c, SAMPLING_FIELDS)
-    run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["step"], c["run_count"], *sampling, *views],
+    run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *sampling, *views],
                              outputs, api_name="run", trigger_mode="always_last", **model_run)
     # a new prefill or a reset stops a run of N tokens after the step in flight (the steps taken are kept); a
     # cancel of its own, as an event that waits in the model queue behind the run would cancel nothing
@@ -336,7 +336,7 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
                                                     "show_progress_on": [c["status"], *_plots(c)]})
     prefill.success(handlers.model_info, c["visit"], c["model_choice"], api_visibility="private", show_progress="hidden")
     # every click on Next token is one step, run in order, even while the previous one runs
-    c["decode_btn"].click(handlers.on_decode_click, [c["visit"], c["step"], *sampling, *views], outputs,
+    c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *sampling, *views], outputs,
                           api_name="decode", trigger_mode="multiple", **model_run)
     for button, handler in ((c["branch_btn"], handlers.on_branch_click), (c["latest_btn"], handlers.on_latest_click)):
         button.click(handler, [c["visit"], *sampling, *views], outputs, api_visibility="private", **model_run)

@@ -43,6 +43,7 @@ class Visit:
         limits: what the app allows this visitor.
         session: the live session appending to `run`; None for a saved run (no model).
         export_path: the page's latest export on disk (`explorer.ui.export`), deleted with the visit.
+        viewing: the earlier step the person chose in the step menu; None while the latest is shown.
         pending: (the earlier step shown, the decode steps asked for) while the page asks whether to
             continue from that step or from the latest one; None otherwise.
     """
@@ -52,6 +53,7 @@ class Visit:
     limits: Limits
     session: InferenceSession | None = None
     export_path: Path | None = field(default=None, init=False, repr=False)
+    viewing: int | None = field(default=None, init=False)
     pending: tuple[int, int] | None = field(default=None, init=False)
 
     @classmethod

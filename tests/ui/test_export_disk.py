@@ -71,7 +71,7 @@ def run(served, limits=None, steps=2, page="page"):
     if limits is not None:
         visit.limits = limits
     for _ in range(steps):
-        handlers.on_decode_click(visit, None, *SAMPLED, *VIEW)
+        handlers.on_decode_click(visit, *SAMPLED, *VIEW)
     return visit
 
 

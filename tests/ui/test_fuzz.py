@@ -171,7 +171,7 @@ def test_decode_with_any_settings_is_a_step_or_an_error_message_that_changes_not
     for _ in range(clicks):
         before = (len(visit.run.steps), list(visit.run.ids), visit.session.settings)
         try:
-            outputs = handlers.on_decode_click(visit, None, *sampling, 1, False, "h100-sxm", shown)
+            outputs = handlers.on_decode_click(visit, *sampling, 1, False, "h100-sxm", shown)
         except gr.Error as exc:
             assert exc.message.startswith(SETTINGS_MESSAGES)
             assert (len(visit.run.steps), list(visit.run.ids), visit.session.settings) == before

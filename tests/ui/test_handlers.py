@@ -52,7 +52,7 @@ def test_decode_steps_grow_the_attention_and_the_cache(served):
     visit, *_ = prefill(served)
     T = len(visit.run.steps[0].input_ids)
     for _ in range(3):
-        visit, status, strip, text, steps, layer, _offer, _confirm, *figures = handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
+        visit, status, strip, text, steps, layer, _offer, _confirm, *figures = handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert f"**step 3**: 1 token(s) in, context n = {T + 3}" in status
     assert [label for label, _ in steps["choices"]] == ["prefill", "step 1", "step 2", "step 3"]
     heatmaps = [trace for trace in figures[ATTENTION].data if trace.type == "heatmap"]
@@ -64,7 +64,7 @@ def test_decode_steps_grow_the_attention_and_the_cache(served):
 
 def test_run_n_tokens_redraws_after_each_and_stops_at_max_new_tokens(served):
     visit, *_ = prefill(served)
-    outputs = list(handlers.on_run_click(visit, None, 20, *GREEDY, *VIEW))
+    outputs = list(handlers.on_run_click(visit, 20, *GREEDY, *VIEW))
     assert len(outputs) == 7  # prefill chose token 1 of 8; seven decode steps choose the rest
     assert [meta(out[8 + ATTENTION])["step"] for out in outputs] == list(range(1, 8))
     assert visit.session.finished and "Generation ended (max new tokens)" in outputs[-1][1]
@@ -73,7 +73,7 @@ def test_run_n_tokens_redraws_after_each_and_stops_at_max_new_tokens(served):
 def test_going_back_to_a_step_redraws_it_without_running_the_model(served):
     visit, *_ = prefill(served)
     for _ in range(3):
-        handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
+        handlers.on_decode_click(visit, *GREEDY, *VIEW)
     ids = list(visit.run.ids)
     figures = handlers.on_view_change(visit, 1, 0, True, "h100-sxm", "attention")
     assert meta(figures[ATTENTION])["step"] == 1 and figures[JOURNEY] == gr.skip()
@@ -94,16 +94,16 @@ def test_moving_a_sampling_slider_resamples_the_stored_logits(served):
 
 def test_decode_before_prefill_is_an_error_message():
     with pytest.raises(gr.Error, match="Run the prefill first"):
-        handlers.on_decode_click(None, None, *GREEDY, *VIEW)
+        handlers.on_decode_click(None, *GREEDY, *VIEW)
     with pytest.raises(gr.Error, match="Run the prefill first"):
-        list(handlers.on_run_click(None, None, 3, *GREEDY, *VIEW))
+        list(handlers.on_run_click(None, 3, *GREEDY, *VIEW))
 
 
 @pytest.mark.parametrize("count", [0, None, 10_000])
 def test_run_n_tokens_out_of_range_is_an_error_message(served, count):
     visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="between 1 and 256"):
-        list(handlers.on_run_click(visit, None, count, *GREEDY, *VIEW))
+        list(handlers.on_run_click(visit, count, *GREEDY, *VIEW))
     assert len(visit.run.steps) == 1
 
 
@@ -115,9 +115,9 @@ def test_empty_prompt_is_an_error_message(served):
 def test_absurd_sampling_is_an_error_and_the_session_survives(served):
     visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="temperature must be"):
-        handlers.on_decode_click(visit, None, True, 0.0, 0, 1.0, 0.0, 0, 8, *VIEW)
+        handlers.on_decode_click(visit, True, 0.0, 0, 1.0, 0.0, 0, 8, *VIEW)
     assert len(visit.run.steps) == 1
-    visit, *_ = handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
+    visit, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert len(visit.run.steps) == 2
 
 
@@ -147,7 +147,7 @@ def test_hosted_limits_refuse_other_models_long_runs_and_too_many_tokens(model):
         prefill(served, sampling=(False, 1.0, 0, 1.0, 0.0, 0, 129))
     visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="between 1 and 32"):
-        list(handlers.on_run_click(visit, None, 33, *GREEDY, *VIEW))
+        list(handlers.on_run_click(visit, 33, *GREEDY, *VIEW))
 
 
 def test_a_model_not_in_the_menu_is_refused(served):
@@ -202,7 +202,7 @@ def test_reset_forgets_the_session(served):
 def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
     served = Served.create(ModelRegistry(model), LOCAL)
     visit, *_ = prefill(served, prompt="x" * 90)
-    handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
+    handlers.on_decode_click(visit, *GREEDY, *VIEW)
     n = len(visit.run.ids) - 1  # the tokens fed so far
     full = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, "")[ATTENTION]
     zoomed = handlers.on_view_change(visit, 1, 1, False, "h100-sxm", "attention", False, " 10 ")[ATTENTION]
@@ -229,14 +229,14 @@ def test_a_prefill_moves_the_progress_bar_once_per_layer_and_a_decode_step_does_
     n_layers = len(visit.run.steps[0].attention)
     assert n_layers == 3 and calls == [(1 / 3, "Prefill: layer 1 of 3"), (2 / 3, "Prefill: layer 2 of 3"),
                                        (1.0, "Prefill: layer 3 of 3")]
-    handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
+    handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert len(calls) == n_layers
 
 
 def test_going_back_a_step_shows_the_strip_text_and_status_as_they_were_after_it(served):
     visit, *_ = prefill(served, sampling=SAMPLED)
     for _ in range(3):
-        handlers.on_decode_click(visit, None, *SAMPLED, *VIEW)
+        handlers.on_decode_click(visit, *SAMPLED, *VIEW)
     status, strip, text, offer, *figures = handlers.on_step_change(visit, 1, 0, False, "h100-sxm", "journey")
     first, second = visit.run.steps[1], visit.run.steps[2]
     assert status.endswith(f". An earlier step: the latest is {step_label(visit.run.steps[3])}.")
@@ -256,21 +256,29 @@ def test_going_back_a_step_shows_the_strip_text_and_status_as_they_were_after_it
 def test_next_token_at_an_earlier_step_asks_then_continues_from_it_or_from_the_latest(served):
     visit, *_ = prefill(served, sampling=SAMPLED)
     for _ in range(4):
-        handlers.on_decode_click(visit, None, *SAMPLED, *VIEW)
-    asked = handlers.on_decode_click(visit, 2, *SAMPLED, *VIEW)
+        handlers.on_decode_click(visit, *SAMPLED, *VIEW)
+    handlers.on_step_change(visit, 2, 0, False, "h100-sxm", "journey")
+    asked = handlers.on_decode_click(visit, *SAMPLED, *VIEW)
     assert len(visit.run.steps) == 5  # nothing ran, nothing dropped
     assert "**Go on from which step?**" in asked[1] and "drops steps 3 to 4" in asked[1]
     assert asked[6] == {"visible": True, "__type__": "update"}
     assert [out for i, out in enumerate(asked) if i not in (1, 6)] == [gr.skip()] * (len(asked) - 2)
     outputs = list(handlers.on_latest_click(visit, *SAMPLED, *VIEW))
     assert len(visit.run.steps) == 6 and outputs[-1][6] == {"visible": False, "__type__": "update"}
-    handlers.on_decode_click(visit, 2, *SAMPLED, *VIEW)
+    handlers.on_decode_click(visit, *SAMPLED, *VIEW)  # the latest shown again: Next token just runs
+    assert len(visit.run.steps) == 7
+    handlers.on_step_change(visit, 1, 0, False, "h100-sxm", "journey")
+    handlers.on_step_change(visit, 6, 0, False, "h100-sxm", "journey")  # back to the latest: no question
+    handlers.on_decode_click(visit, *SAMPLED, *VIEW)
+    assert len(visit.run.steps) == 8
+    handlers.on_step_change(visit, 2, 0, False, "h100-sxm", "journey")
+    handlers.on_decode_click(visit, *SAMPLED, *VIEW)
     list(handlers.on_branch_click(visit, *SAMPLED, *VIEW))
     assert [t.step_index for t in visit.run.steps] == [0, 1, 2, 3]
     # the same tokens as a fresh run that stopped at step 2 and went on with the same seed
     fresh, *_ = prefill(served, sampling=SAMPLED, page="fresh")
     for _ in range(3):
-        handlers.on_decode_click(fresh, None, *SAMPLED, *VIEW)
+        handlers.on_decode_click(fresh, *SAMPLED, *VIEW)
     assert visit.run.ids == fresh.run.ids and visit.run.text == fresh.run.text
     with pytest.raises(gr.Error, match="no step waiting"):
         list(handlers.on_branch_click(visit, *SAMPLED, *VIEW))
@@ -278,13 +286,14 @@ def test_next_token_at_an_earlier_step_asks_then_continues_from_it_or_from_the_l
 
 def test_the_end_of_generation_is_a_status_line_not_an_error(served):
     visit, *_ = prefill(served)
-    list(handlers.on_run_click(visit, None, 20, *GREEDY, *VIEW))
+    list(handlers.on_run_click(visit, 20, *GREEDY, *VIEW))
     assert visit.session.finished
-    outputs = handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
+    outputs = handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert "Generation ended (max new tokens). Press Prefill for a new run" in outputs[1]
     assert [out for i, out in enumerate(outputs) if i != 1] == [gr.skip()] * (len(outputs) - 1)
     # from an earlier step the run goes on
-    handlers.on_decode_click(visit, 3, *GREEDY, *VIEW)
+    handlers.on_step_change(visit, 3, 0, False, "h100-sxm", "journey")
+    handlers.on_decode_click(visit, *GREEDY, *VIEW)
     list(handlers.on_branch_click(visit, *GREEDY, *VIEW))
     assert len(visit.run.steps) == 5
 
@@ -307,7 +316,7 @@ def test_a_shape_only_model_without_a_tokenizer_asks_for_a_prompt_length_and_hid
 
 def test_a_what_if_redraws_the_roofline_without_running_the_model(served):
     visit, *_ = prefill(served)
-    handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
+    handlers.on_decode_click(visit, *GREEDY, *VIEW)
     steps = visit.run.steps
     scenario, figure = handlers.on_what_if_change(visit, 1, "h100-sxm", False, 64, 4096, None, "as run", "as run",
                                                   "fp8", True, True, False)
@@ -332,5 +341,5 @@ def test_the_legend_gives_each_symbol_this_models_value_at_the_step_shown(served
     for name, value in expected.items():
         assert f">{name}</b> = {value:,}" in strip, name
     assert f"<b>L</b> = {config.num_hidden_layers} layers" in strip
-    _, strip, *_ = handlers.on_decode_click(visit, None, *GREEDY, *VIEW)[1:]
+    _, strip, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)[1:]
     assert ">T</b> = 1 " in strip and f">n</b> = {T + 1} " in strip

@@ -66,7 +66,7 @@ def test_a_prompt_the_model_cannot_run_is_an_error_message(served, prompt, templ
         prefill(served, prompt, template=template)
     assert re.search(message, caught.value.message)  # str(gr.Error) is a repr: backslashes doubled
     assert snapshot(visit) == before
-    handlers.on_decode_click(visit, None, *sampling(), *view())  # the page's earlier session still steps
+    handlers.on_decode_click(visit, *sampling(), *view())  # the page's earlier session still steps
     assert len(visit.run.steps) == 2
 
 
@@ -89,7 +89,7 @@ def test_odd_but_valid_text_runs_and_shows_escaped(served, prompt):
     assert "<img" not in strip and strip.count('class="tok prompt') == T
     assert figures[VIEWS.index("attention")].layout.meta == {"view": "attention", "step": 0}
     if T < CONTEXT - 1:
-        visit, *_ = handlers.on_decode_click(visit, None, *sampling(), *view("attention"))
+        visit, *_ = handlers.on_decode_click(visit, *sampling(), *view("attention"))
         assert len(visit.run.steps) == 2
     else:
         assert visit.session.finished and "Generation ended (context full)" in status
@@ -119,11 +119,11 @@ def test_out_of_range_sampling_is_an_error_message_and_the_session_survives(serv
     with pytest.raises(gr.Error, match=message):
         prefill(served, controls=sampling(**change))
     with pytest.raises(gr.Error, match=message):
-        handlers.on_decode_click(visit, None, *sampling(**change), *view())
+        handlers.on_decode_click(visit, *sampling(**change), *view())
     with pytest.raises(gr.Error, match=message):
-        list(handlers.on_run_click(visit, None, 3, *sampling(**change), *view()))
+        list(handlers.on_run_click(visit, 3, *sampling(**change), *view()))
     assert snapshot(visit) == before
-    handlers.on_decode_click(visit, None, *sampling(), *view())
+    handlers.on_decode_click(visit, *sampling(), *view())
     assert len(visit.run.steps) == 2
 
 
@@ -141,7 +141,7 @@ def test_a_whole_number_field_given_nan_inf_text_or_a_fraction_is_an_error_messa
     visit, *_ = prefill(served)
     before = snapshot(visit)
     with pytest.raises(gr.Error, match=message):
-        handlers.on_decode_click(visit, None, *sampling(**change), *view())
+        handlers.on_decode_click(visit, *sampling(**change), *view())
     assert snapshot(visit) == before
 
 
@@ -168,7 +168,7 @@ def test_run_n_tokens_out_of_range_is_an_error_message(served, count):
     visit, *_ = prefill(served)
     before = snapshot(visit)
     with pytest.raises(gr.Error, match="Run between 1 and 256 tokens at a time"):
-        list(handlers.on_run_click(visit, None, count, *sampling(), *view()))
+        list(handlers.on_run_click(visit, count, *sampling(), *view()))
     assert snapshot(visit) == before
 
 
@@ -212,19 +212,19 @@ def test_a_non_finite_token_count_on_a_shape_only_model_is_an_error_message(serv
 def test_next_before_prefill_is_an_error_message():
     for _ in range(3):
         with pytest.raises(gr.Error, match="Run the prefill first: a decode step continues a prompt"):
-            handlers.on_decode_click(None, None, *sampling(), *view())
+            handlers.on_decode_click(None, *sampling(), *view())
     with pytest.raises(gr.Error, match="Run the prefill first"):
-        list(handlers.on_run_click(None, None, 5, *sampling(), *view()))
+        list(handlers.on_run_click(None, 5, *sampling(), *view()))
 
 
 def test_many_next_clicks_after_generation_ended_each_say_so_and_change_nothing(served):
     visit, *_ = prefill(served, controls=sampling(max_new_tokens=3))
     for _ in range(2):
-        visit, status, *_ = handlers.on_decode_click(visit, None, *sampling(max_new_tokens=3), *view())
+        visit, status, *_ = handlers.on_decode_click(visit, *sampling(max_new_tokens=3), *view())
     assert "Generation ended (max new tokens)" in status
     before = snapshot(visit)
     for _ in range(25):  # a status line, not an error: generation ending is normal
-        outputs = handlers.on_decode_click(visit, None, *sampling(max_new_tokens=3), *view())
+        outputs = handlers.on_decode_click(visit, *sampling(max_new_tokens=3), *view())
         assert "Generation ended (max new tokens). Press Prefill for a new run" in outputs[1]
         assert [out for i, out in enumerate(outputs) if i != 1] == [gr.skip()] * (len(outputs) - 1)
     assert snapshot(visit) == before
@@ -237,7 +237,7 @@ def test_next_clicked_fast_from_many_threads_runs_one_step_after_another(served)
     def click():
         for _ in range(4):
             try:
-                handlers.on_decode_click(visit, None, *sampling(do_sample=False, max_new_tokens=200), *view("none"))
+                handlers.on_decode_click(visit, *sampling(do_sample=False, max_new_tokens=200), *view("none"))
             except gr.Error as exc:
                 errors.append(exc.message)
 
@@ -282,7 +282,7 @@ def test_non_finite_step_or_layer_redraws_the_latest_step(served, step, layer):
 def test_a_refused_next_click_leaves_the_settings_as_they_were(served):
     visit, *_ = prefill(served, controls=sampling(max_new_tokens=1))
     before = snapshot(visit)
-    outputs = handlers.on_decode_click(visit, None, *sampling(max_new_tokens=5, temperature=0.5), *view())
+    outputs = handlers.on_decode_click(visit, *sampling(max_new_tokens=5, temperature=0.5), *view())
     assert "Generation ended" in outputs[1]
     assert snapshot(visit) == before
 
@@ -306,7 +306,7 @@ def test_odd_text_through_the_real_byte_level_tokenizer_runs_and_shows_escaped(e
     visit, status, strip, text, *_ = prefill(served, prompt, controls=sampling(max_new_tokens=4), template=True,
                                              shown="attention")
     for _ in range(3):
-        visit, status, strip, text, *_ = handlers.on_decode_click(visit, None, *sampling(max_new_tokens=4),
+        visit, status, strip, text, *_ = handlers.on_decode_click(visit, *sampling(max_new_tokens=4),
                                                                   *view("attention"))
     pieces = "".join(piece for trace in visit.run.steps for piece in trace.input_pieces)
     assert "<script>" in pieces and "<script" not in strip and "</script" not in strip and "&lt;/" in strip

@@ -39,7 +39,7 @@ def run(served, steps=2, sampling=SAMPLED, page="page"):
     visit, *_ = handlers.ServedHandlers(served).on_prefill_click(FakeRequest(page), None, served.registry.default_choice, "", "Hello there", 17, False, "",
                                           *sampling, *VIEW)
     for _ in range(steps):
-        handlers.on_decode_click(visit, None, *sampling, *VIEW)
+        handlers.on_decode_click(visit, *sampling, *VIEW)
     return visit
 
 
@@ -83,7 +83,7 @@ def test_a_reloaded_run_draws_what_the_live_run_drew_after_its_budget_dropped_ma
 def test_a_saved_run_cannot_take_a_step(served):
     saved = handlers.ServedHandlers(served).on_import_upload(None, handlers.on_export_click(run(served, steps=0)), *VIEW)[0]
     with pytest.raises(gr.Error, match="saved run: there is no model"):
-        handlers.on_decode_click(saved, None, *SAMPLED, *VIEW)
+        handlers.on_decode_click(saved, *SAMPLED, *VIEW)
 
 
 def test_a_file_that_is_not_a_saved_run_is_an_error_message(served, tmp_path):

@@ -245,7 +245,7 @@ class FakeRequest:
 def assert_still_live(served, visit) -> None:
     """The page's session is still `visit`, open: its prefill kept and a decode step runs."""
     assert len(served.live) == 1 and len(visit.run.steps) == 1
-    handlers.on_decode_click(visit, None, *SAMPLED, 0, False, "h100-sxm", "journey")
+    handlers.on_decode_click(visit, *SAMPLED, 0, False, "h100-sxm", "journey")
     assert len(visit.run.steps) == 2
 
 

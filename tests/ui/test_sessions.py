@@ -203,5 +203,5 @@ def test_decode_on_a_session_freed_by_its_lease_says_so(model):
     clock.now_s += served.limits.session_lease_s + 1
     served.live.check_room("other")
     with pytest.raises(gr.Error, match="This page's session was freed .* Run the prefill again"):
-        handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
+        handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert handlers.on_tab_select("journey")(visit, 0, 1, False, "h100-sxm") == ("journey", gr.skip())

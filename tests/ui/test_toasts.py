@@ -53,7 +53,7 @@ def test_an_unexpected_fault_says_what_failed_keeps_the_session_and_logs_one_lin
 
     monkeypatch.setattr(visit.session, "decode_step", broken_step)
     with caplog.at_level(logging.INFO, logger="explorer.ui.toasts"), pytest.raises(gr.Error) as caught:
-        handlers.on_decode_click(visit, None, *GREEDY, *VIEW)
+        handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert caught.value.title == FAULT_TITLE
     assert caught.value.message == ("The explorer could not run the decode step (ZeroDivisionError: division by "
                                     "zero). Your session and the views are kept; try again, or press Reset to "
@@ -76,5 +76,5 @@ def test_an_unexpected_fault_in_a_run_of_n_tokens_keeps_the_steps_taken(served, 
 
     monkeypatch.setattr(visit.session, "decode_step", step_then_fail)
     with pytest.raises(gr.Error, match=r"could not run those tokens \(MemoryError: \)"):
-        list(handlers.on_run_click(visit, None, 5, *GREEDY, *VIEW))
+        list(handlers.on_run_click(visit, 5, *GREEDY, *VIEW))
     assert len(visit.run.steps) == 3  # the prefill and the two steps before the fault
