@@ -9,7 +9,7 @@ from pathlib import Path
 
 from explorer.config import SamplingSettings
 from explorer.errors import ExplorerError, PromptError
-from explorer.journey import JOURNEY_HEADER, journey_rows, shape_text, step_label
+from explorer.journey import journey_header, journey_rows, shape_text, step_label, timing_note
 from explorer.run import AttentionSource, step_to_dict
 from explorer.trace import StepTrace
 
@@ -104,10 +104,19 @@ def _write_json(path: Path, traces: list[StepTrace], attention: AttentionSource)
 
 
 def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:
-    """Print one layer's stop table and K cache per step, the chosen tokens and the generated text."""
+    """Print one layer's stop table and K cache per step, the chosen tokens and the generated text.
+
+    The table's ms columns are measured wall times in milliseconds, each layer stop's the median
+    [p10-p90] over the step's layers (`explorer.journey.journey_rows`); a shape-only run prints no
+    times, and its summary line says so.
+    """
     prefill, decode = traces[0], traces[1] if len(traces) > 1 else None
-    print(f"\nprefill: {len(prefill.input_ids)} tokens in {prefill.wall_ms:.1f} ms")
+    if prefill.shape_only:
+        print(f"\nprefill: {len(prefill.input_ids)} tokens, shape-only: no compute, no times")
+    else:
+        print(f"\nprefill: {len(prefill.input_ids)} tokens in {prefill.wall_ms:.1f} ms (measured, one run)")
     print(_table(prefill, decode, layer))
+    print(timing_note(prefill))
     print(f"\nlayer {layer} K cache:")
     for trace in traces:
         kv = trace.kv[layer]
@@ -121,6 +130,7 @@ def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:
 
 
 def _table(prefill: StepTrace, decode: StepTrace | None, layer: int) -> str:
-    rows = [JOURNEY_HEADER] + journey_rows(prefill, decode, layer)
-    widths = [max(len(row[i]) for row in rows) for i in range(len(JOURNEY_HEADER))]
+    header = journey_header(prefill)
+    rows = [header] + journey_rows(prefill, decode, layer)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from explorer.analysis.records import OpCost
+from explorer.analysis.timing_stats import ms_number, noise_text, spread_text, stop_timing
 from explorer.figures.dims import coloured
 from explorer.figures.stop_docs import ENGINE_NOTES, STOP_DOCS, weight_shape
 from explorer.figures.theme import plain_label, si_text, visible_piece
@@ -164,7 +165,9 @@ def _wall_text(op: OpRecord | None, trace: StepTrace) -> str:
         return "not timed (shape-only: no kernel ran)"
     if op is None or op.wall_ms is None:
         return "no kernel (a view)"
-    return f"measured: {op.wall_ms:.2f} ms (one run; noisy)"
+    text = f"measured: {ms_number(op.wall_ms)} ms (one run; noisy){noise_text(op.wall_ms)}"
+    timing = stop_timing(trace, op)  # the same stop in the step's other layers
+    return text + (f"; {spread_text(timing, with_range=False)}" if timing is not None and timing.repeated else "")
 
 
 def _kv_hover(stages: Stages) -> str:

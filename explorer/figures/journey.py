@@ -3,6 +3,13 @@ decode step, with shapes, wall time, and on hover each stop's formula and weight
 
 Four columns share one row per stop, in execution order top to bottom: the prefill's input -> output
 shapes, its wall time, then the same for the decode step. Rows are tinted by operator kind.
+
+Wall times are measured (`OpRecord.wall_ms`, ms) and shown for what they are worth
+(`explorer.analysis.timing_stats`): a layer stop's bar is its median over the step's layers (each
+runs it once per step, on the same shapes), its whisker their p10-p90 and a diamond the shown
+layer's own time; a stop outside the layers is one measurement (a hatched bar); a time below the
+noise floor (the timer's resolution and the hooks' overhead) is a grey bar marked "noise". A
+shape-only step (meta device: nothing computed) draws no wall time at all.
 """
 
 from __future__ import annotations
@@ -12,26 +19,34 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
+from explorer.analysis.timing_stats import NOISE_FLOOR_MS, StopTiming, ms_number, stop_timing, timing_description
 from explorer.figures.dims import coloured
 from explorer.figures.stop_docs import STOP_DOCS, weight_shape
 from explorer.figures.theme import base_layout, kind_colour, plain_label, set_layout, subplot_grid
-from explorer.journey import ms_text, shape_text, step_label
+from explorer.journey import shape_text, step_label
 from explorer.stops import parse_stop_name
 from explorer.trace import OpRecord, StepTrace
 
 ROW_PX = 17  # a row per stop: the 26 rows of a Llama layer and the stops around it fit 640 px
 MIN_BAR_MS = 1e-3  # a stop faster than this (or a view, None) draws as a stub
 MAX_FLOW_CHARS = 68  # what a shape column holds at 1400 px; the hover has the full text
+NOISE_COLOUR = "#d4d4d4"  # a time below the noise floor: greyed, whatever its kind
+LAYER_MARK_COLOUR = "#222222"
+SINGLE_PATTERN = "/"  # the hatch of a bar that is one measurement (a stop outside the layers)
+LABEL_DECADES = 1.7  # room right of the longest whisker for the right-aligned "12.34" labels
+SHAPE_ONLY_NOTE = "shape-only:<br>no compute,<br>no times"
+KEY_SHIFT_PX = 52  # the key sits under the wall axes' tick labels and titles
 
 
 def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> go.Figure:
     """The stops of decoder layer `layer` and every stop outside the layers, prefill beside decode.
 
     Rows are the prefill's stops in execution order (top to bottom); each column pair shows input ->
-    output shapes and wall time (ms). Hovering a row gives the stop's formula, shapes in symbols and
-    numbers, weight shape ([out_features, in_features] for a GEMM, [d] for a norm, [V, d] for the
-    embedding) and wall time. Stop names, kinds and dtypes are escaped (`plain_label`): in a saved
-    run they are the file's text.
+    output shapes and wall time (ms, measured; see the module docstring for what a bar, a whisker, a
+    diamond, a hatch and a grey bar mean). Hovering a row gives the stop's formula, shapes in symbols
+    and numbers, weight shape ([out_features, in_features] for a GEMM, [d] for a norm, [V, d] for the
+    embedding) and wall time with its spread. Stop names, kinds and dtypes are escaped
+    (`plain_label`): in a saved run they are the file's text.
 
     Args:
         prefill: the prefill step's trace.
@@ -40,10 +55,14 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> 
 
     Returns:
         A figure with `layout.meta == {"view": "journey", "step": ...}`. Per step column pair: a bar
-        trace in the shape column (x = 1 per row, tinted per row by operator kind, the hover text), a
-        bar trace in the wall-time column (x: wall time in ms, per-row colour and "ms" text; a stop
-        absent from the step has no bar) and a text trace with the shapes; then one legend-only bar
-        trace per operator kind, named by the kind.
+        trace in the shape column (x = 1 per row, tinted per row by operator kind, the hover text);
+        unless the step is shape-only, in the wall-time column a bar trace named "wall time" (x: the
+        median over the layers in ms, or the one measurement outside them; per-row colour, grey below
+        `NOISE_FLOOR_MS`; hatched where one measurement; error_x: p10-p90 of the layers), a scatter
+        named "layer k" (the shown layer's own times, ms) and a text scatter named "wall ms" (the
+        labels); a stop absent from the step has none. A shape-only step has an annotation
+        "shape-only: no compute, no times" there instead. Then a text trace with the shapes; then
+        one legend-only bar trace per operator kind, named by the kind.
 
     Raises:
         ValueError: the prefill has no stop in layer `layer`.
@@ -53,47 +72,113 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> 
         raise ValueError(f"The prefill has no stops in layer {layer}.")
     vocab = _vocab(prefill)
     layout, cells = subplot_grid(
-        [_column_title(prefill), "wall time", _column_title(decode) if decode else "decode", "wall time" if decode else ""],
+        [_column_title(prefill), _wall_title(prefill), _column_title(decode) if decode else "decode",
+         _wall_title(decode) if decode else ""],
         rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012, column_widths=[0.36, 0.14, 0.36, 0.14])
-    data = _column(rows, vocab, cells[1, 1], cells[1, 2])
+    data = _column(rows, vocab, prefill, layer, cells[1, 1], cells[1, 2])
     if decode is None:
-        layout["annotations"].append({"text": "run a decode step", "showarrow": False, "y": 0.5, "xref": "paper",
-                                      "x": sum(layout["xaxis3"]["domain"]) / 2, "yref": "paper",
-                                      "font": {"size": 15, "color": "#777777"}})
+        layout["annotations"].append(_note("run a decode step", layout["xaxis3"]["domain"]))
     else:
         decode_ops = {op.name: op for op in decode.ops}
-        data += _column([decode_ops.get(op.name) or _absent(op.name) for op in rows], vocab, cells[1, 3], cells[1, 4])
+        data += _column([decode_ops.get(op.name) or _absent(op.name) for op in rows], vocab, decode, layer,
+                        cells[1, 3], cells[1, 4])
+    steps = [prefill, decode] if decode else [prefill]
+    for col, trace in zip((2, 4), steps, strict=False):
+        if trace.shape_only:
+            layout["annotations"].append(_note(SHAPE_ONLY_NOTE, layout[f"xaxis{col}"]["domain"]))
     data += _legend(rows)
-    _style_axes(layout, rows, [prefill, decode] if decode else [prefill])
+    _style_axes(layout, rows, steps, layer)
+    if not prefill.shape_only:
+        layout["annotations"].append(_key(prefill, layer))
     layout.update(bargap=0.15, hovermode="closest",
                   legend={"orientation": "h", "yref": "container", "y": 0.01, "yanchor": "bottom", "x": 0,
                           "title": {"text": "operator kind"},
                           "itemclick": False, "itemdoubleclick": False})  # a key: its entries hide nothing
     fig = go.Figure(data=data, layout=layout)
-    base_layout(fig, "journey", decode.step_index if decode else 0,
-                f"Journey through layer {layer}: shapes and wall time at every stop", height=ROW_PX * len(rows) + 190)
-    return set_layout(fig, margin={"l": 150, "r": 20, "t": 90, "b": 120})
+    what = "shapes at every stop (shape-only: no times)" if prefill.shape_only else \
+        "shapes and wall time at every stop"
+    base_layout(fig, "journey", decode.step_index if decode else 0, f"Journey through layer {layer}: {what}",
+                height=ROW_PX * len(rows) + (200 if prefill.shape_only else 230))
+    return set_layout(fig, margin={"l": 150, "r": 20, "t": 100, "b": 120 if prefill.shape_only else 150})
 
 
-def _column(ops: list[OpRecord], vocab: int, shapes_cell: dict, wall_cell: dict) -> list[dict]:
+def _column(ops: list[OpRecord], vocab: int, trace: StepTrace, layer: int, shapes_cell: dict,
+            wall_cell: dict) -> list[dict]:
     """One step's traces: a full-width bar per row tinted by kind (the row's hover) and the shape text
-    in the shapes column; a wall-time bar per stop that ran in the wall-time column."""
+    in the shapes column; unless the step is shape-only, the wall times in the wall-time column
+    (`_wall_traces`)."""
     ran = [op for op in ops if op.kind]
     y = [plain_label(op.name) for op in ran]
-    colours = [kind_colour(op.kind) for op in ran]
-    common = {"type": "bar", "y": y, "orientation": "h", "hovertext": [_hover(op, vocab) for op in ran],
+    hover = [_hover(op, vocab, trace, layer) for op in ran]
+    common = {"type": "bar", "y": y, "orientation": "h", "hovertext": hover,
               "hovertemplate": "%{hovertext}<extra></extra>", "showlegend": False}
-    walls = np.array([max(op.wall_ms or 0.0, MIN_BAR_MS) for op in ran])  # float64: a few values, exact
+    data = [{**common, **shapes_cell, "name": "stop", "x": np.ones(len(ran), np.float32), "opacity": 0.28,
+             "marker": {"color": [kind_colour(op.kind) for op in ran]}}]
+    if not trace.shape_only:
+        data += _wall_traces(ran, trace, layer, common, wall_cell)
+    data.append({"type": "scatter", **shapes_cell, "x": np.full(len(ops), 0.015, np.float32),
+                 "y": [plain_label(op.name) for op in ops],
+                 "mode": "text", "text": [_fit(_flow(op)) for op in ops], "textposition": "middle right",
+                 "cliponaxis": True, "textfont": {"family": "monospace", "size": 11}, "hoverinfo": "skip",
+                 "showlegend": False})
+    return data
+
+
+def _wall_traces(ran: list[OpRecord], trace: StepTrace, layer: int, common: dict, wall_cell: dict) -> list[dict]:
+    """The wall-time column of a timed step: bars at each stop's median (ms), p10-p90 whiskers (an
+    invisible marker's error bars, on the layer stops only), the shown layer's own times as diamonds,
+    and the labels right-aligned at the column's edge."""
+    timings = [stop_timing(trace, op) for op in ran]
+    bars = [max(t.median_ms, MIN_BAR_MS) if t else MIN_BAR_MS for t in timings]
+    repeats = [(op, t, x) for op, t, x in zip(ran, timings, bars, strict=True) if t is not None and t.repeated]
+    own = [(op, max(op.wall_ms, MIN_BAR_MS)) for op, _, _ in repeats if op.wall_ms is not None]
+    colours = [NOISE_COLOUR if t and t.noise else kind_colour(op.kind) for op, t in zip(ran, timings, strict=True)]
+    hatches = ["" if t is None or t.repeated else SINGLE_PATTERN for t in timings]
+    marker = {"color": colours, "pattern": {"shape": hatches, "fgcolor": "#ffffff", "size": 5, "solidity": 0.3}}
+    top = 10.0 ** _wall_top(trace, ran)
     return [
-        {**common, **shapes_cell, "name": "stop", "x": np.ones(len(ran), np.float32), "opacity": 0.28,
-         "marker": {"color": colours}},
-        {**common, **wall_cell, "name": "wall time", "x": walls, "marker": {"color": colours},
-         "text": [ms_text(op) for op in ran], "textposition": "outside", "cliponaxis": False},
-        {"type": "scatter", **shapes_cell, "x": np.full(len(ops), 0.015, np.float32),
-         "y": [plain_label(op.name) for op in ops],
-         "mode": "text", "text": [_fit(_flow(op)) for op in ops], "textposition": "middle right", "cliponaxis": True,
-         "textfont": {"family": "monospace", "size": 11}, "hoverinfo": "skip", "showlegend": False},
+        {**common, **wall_cell, "name": "wall time", "x": np.array(bars), "marker": marker},
+        {"type": "scatter", **wall_cell, "name": "p10-p90", "mode": "markers", "x": [x for _, _, x in repeats],
+         "y": [plain_label(op.name) for op, _, _ in repeats], "marker": {"size": 1, "opacity": 0},
+         "error_x": {"type": "data", "symmetric": False, "color": "#000000", "thickness": 1.5, "width": 3,
+                     "array": [max(t.p90_ms - x, 0.0) for _, t, x in repeats],  # from the bar's end
+                     "arrayminus": [max(x - max(t.p10_ms, MIN_BAR_MS), 0.0) for _, t, x in repeats]},
+         "hoverinfo": "skip", "showlegend": False},
+        {"type": "scatter", **wall_cell, "name": f"layer {layer}", "mode": "markers", "x": [x for _, x in own],
+         "y": [plain_label(op.name) for op, _ in own], "showlegend": False,
+         "marker": {"symbol": "diamond", "size": 7, "color": LAYER_MARK_COLOUR,
+                    "line": {"color": "#ffffff", "width": 1}},
+         "hovertext": [f"layer {layer} itself: {ms_number(op.wall_ms)} ms (measured)" for op, _ in own],
+         "hovertemplate": "%{hovertext}<extra></extra>"},
+        {"type": "scatter", **wall_cell, "name": "wall ms", "mode": "text", "x": np.full(len(ran), top),
+         "y": common["y"], "text": [_label(t) for t in timings], "textposition": "middle left",
+         "cliponaxis": False, "textfont": {"size": 11}, "hoverinfo": "skip",
+         "showlegend": False},
     ]
+
+
+def _label(timing: StopTiming | None) -> str:
+    """A wall bar's label: the median (or the one measurement) in ms, "noise" below the floor, "view"."""
+    if timing is None:
+        return "view"
+    return "noise" if timing.noise else ms_number(timing.median_ms)
+
+
+def _note(text: str, domain: list[float]) -> dict:
+    """A grey note in the middle of a column (x: its paper domain)."""
+    return {"text": text, "showarrow": False, "y": 0.5, "xref": "paper", "x": sum(domain) / 2, "yref": "paper",
+            "font": {"size": 15, "color": "#777777"}}
+
+
+def _key(prefill: StepTrace, layer: int) -> dict:
+    """What the wall-time columns draw, two lines under the wall-time axes' titles."""
+    layers = len(prefill.kv)
+    return {"text": f"wall time, measured: bar = median over the {layers} layers (each runs the stop once per step, "
+                    f"on the same shapes), whisker = their p10–p90, ◆ = layer {layer} itself;<br>hatched = one "
+                    f"measurement (a stop outside the layers); grey \"noise\" = below {NOISE_FLOOR_MS:g} ms, "
+                    "within the timer's resolution and the hooks' own overhead",
+            "showarrow": False, "xref": "paper", "yref": "paper", "x": 0, "y": 0, "xanchor": "left",
+            "yanchor": "top", "yshift": -KEY_SHIFT_PX, "align": "left", "font": {"size": 11, "color": "#555555"}}
 
 
 def _legend(ops: list[OpRecord]) -> list[dict]:
@@ -105,9 +190,9 @@ def _legend(ops: list[OpRecord]) -> list[dict]:
              "legendgroup": kind, "showlegend": True, "marker": {"color": kind_colour(kind)}} for kind in kinds]
 
 
-def _style_axes(layout: dict, rows: list[OpRecord], traces: list[StepTrace]) -> None:
+def _style_axes(layout: dict, rows: list[OpRecord], traces: list[StepTrace], layer: int) -> None:
     """Rows in execution order top to bottom, labelled without the `layers.i.` prefix (the title says
-    which layer); log wall-time axes with room for the bar labels."""
+    which layer); log wall-time axes with room for the labels (hidden for a shape-only step)."""
     names = [plain_label(op.name) for op in rows]
     rows_axis = {"categoryorder": "array", "categoryarray": names, "tickvals": names,
                  "ticktext": [plain_label(_relative(op)) for op in rows], "autorange": "reversed", "showgrid": False,
@@ -117,12 +202,31 @@ def _style_axes(layout: dict, rows: list[OpRecord], traces: list[StepTrace]) -> 
     for col in (1, 3):
         layout[f"xaxis{col if col > 1 else ''}"].update(range=[0, 1], visible=False)
     for col, trace in zip((2, 4), traces, strict=False):
-        longest = max((op.wall_ms or 0.0 for op in trace.ops), default=0.0)
-        top = math.log10(max(longest, MIN_BAR_MS)) + 2.5  # room for the "12.34" label past the longest bar
+        if trace.shape_only:
+            layout[f"xaxis{col}"].update(visible=False)
+            continue
+        top = _wall_top(trace, [op for op in trace.ops if op.layer in (None, layer)])
         decades = list(range(round(math.log10(MIN_BAR_MS)), math.floor(top) + 1, 3))
         layout[f"xaxis{col}"].update(type="log", range=[math.log10(MIN_BAR_MS), top],
                                      title={"text": "ms (log scale)"}, tickvals=[10.0**k for k in decades],
                                      ticktext=[f"{10.0**k:g}" for k in decades], tickangle=0)
+
+
+def _wall_top(trace: StepTrace, ops: list[OpRecord]) -> float:
+    """log10 of the wall axis's right end: past the longest whisker or diamond of the stops drawn,
+    with room for the labels."""
+    longest = MIN_BAR_MS
+    for op in ops:
+        timing = stop_timing(trace, op)
+        if timing is not None:
+            longest = max(longest, timing.p90_ms if timing.repeated else timing.median_ms, op.wall_ms or 0.0)
+    return math.log10(longest) + LABEL_DECADES
+
+
+def _wall_title(trace: StepTrace) -> str:
+    if trace.shape_only:
+        return "no wall time"
+    return f"wall time<br>median of {len(trace.kv)} layers"
 
 
 def _column_title(trace: StepTrace) -> str:
@@ -164,13 +268,20 @@ def _vocab(trace: StepTrace) -> int:
     return trace.op("lm_head").output_shapes[0][-1]
 
 
-def _hover(op: OpRecord, vocab: int) -> str:
+def _hover(op: OpRecord, vocab: int, trace: StepTrace, layer: int) -> str:
     formula, symbols, weight_symbols = STOP_DOCS.get(_relative(op), ("", "", None))
     lines = [f"<b>{plain_label(op.name)}</b> ({plain_label(op.kind)})", formula, f"shapes: {coloured(symbols)}",
              f"        {_flow(op)}"]
     weight = weight_shape(op, vocab)
     if weight_symbols and weight:
         lines.append(f"weight: {coloured(weight_symbols)} = {shape_text(weight)}")
-    unit = " ms" if op.wall_ms is not None else " (no kernel)"
-    lines.append(f"dtype: {plain_label(op.dtype)} · wall: {ms_text(op)}{unit}")
+    lines.append(f"dtype: {plain_label(op.dtype)}")
+    lines.append(_wall_line(op, trace, layer))
     return "<br>".join(lines)
+
+
+def _wall_line(op: OpRecord, trace: StepTrace, layer: int) -> str:
+    if trace.shape_only:
+        return "wall: not timed (shape-only: no compute ran)"
+    timing: StopTiming | None = stop_timing(trace, op)
+    return f"wall (measured): {timing_description(timing, op.wall_ms, layer if op.layer is not None else None)}"

@@ -456,7 +456,7 @@ def status_text(visit: Visit, step: int) -> str:
     trace = visit.run.steps[step]
     source = "a saved run, shown without the model: " if visit.saved else ""
     # the model's name and device (its whole description is in the model menu): one line at 1280 px
-    model = f"{visit.run.description.split(':')[0]} on {trace.device}"
+    model = f"{visit.run.description.split(': ')[0]} on {trace.device}"
     line = f"{source}{markdown_text(model)}\n\n**{step_label(trace)}**: {_step_summary(trace, visit.run.costs(step))}"
     if trace.finished:
         line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."

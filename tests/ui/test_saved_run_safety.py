@@ -342,7 +342,7 @@ def test_the_status_line_shows_imported_text_as_plain_text(run, tmp_path):
     visit = Visit.replay(*load_run(write(tmp_path, run)), LOCAL)
     tags, text = rendered_markdown(handlers.status_text(visit, 2))
     assert tags == ["p", "p", "strong"]  # the two lines, and the step's label in bold
-    name = HTML_TEXT.split(":")[0]
+    name = HTML_TEXT.split(": ")[0]
     assert f"a saved run, shown without the model: {name} on {visit.run.steps[2].device}\n" in text
     assert "next token '<img src=x onerror=alert(1)> *x*' (p = " in text
 

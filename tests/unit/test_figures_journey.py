@@ -1,14 +1,17 @@
-"""The journey figure from hand-built traces: rows, columns, colours, hover text, meta marker."""
+"""The journey figure from hand-built traces: rows, columns, colours, hover text, meta marker, and wall
+times as medians over the layers with their spread, noise greyed, none at all for a shape-only step."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
+import numpy as np
 import pytest
 from figure_traces import TINY, run_traces
 
 from explorer.families import FAMILIES
-from explorer.figures.journey import journey_figure
+from explorer.figures.journey import NOISE_COLOUR, journey_figure
 from explorer.figures.stop_docs import STOP_DOCS, weight_shape
 from explorer.figures.theme import kind_colour
 from explorer.stops import layer_stops
@@ -63,20 +66,79 @@ def test_without_a_decode_step_the_decode_column_asks_for_one():
     assert fig.layout.meta == {"view": "journey", "step": 0}
 
 
-def test_wall_time_bars_are_the_measured_times_and_a_view_is_marked():
-    fig = journey_figure(PREFILL, DECODE, 0)
-    walls = {name: (x, text) for t in traces_on(fig, "x2") for name, x, text in zip(t.y, t.x, t.text, strict=True)}
-    q_proj = PREFILL.op("layers.0.attn.q_proj")
-    assert walls[q_proj.name] == (q_proj.wall_ms, f"{q_proj.wall_ms:.2f}")
-    assert walls["layers.0.attn.split_heads"][1] == "view"
+def wall_traces(fig, axis: str) -> dict[str, dict]:
+    """The wall-time column on `axis` (x2: prefill, x4: decode): trace name -> {row name: (x, ...)}."""
+    return {t.name: t for t in traces_on(fig, axis)}
+
+
+def test_wall_bars_are_each_stops_median_over_the_layers_with_its_spread_and_the_layers_own():
+    fig = journey_figure(PREFILL, DECODE, 1)
+    for axis, step in (("x2", PREFILL), ("x4", DECODE)):
+        walls = wall_traces(fig, axis)
+        bars, spread, own, labels = walls["wall time"], walls["p10-p90"], walls["layer 1"], walls["wall ms"]
+        row = {name: i for i, name in enumerate(bars.y)}
+        whisker = {name: i for i, name in enumerate(spread.y)}
+        for stop in ("attn.q_proj", "attn.softmax", "mlp.down_proj"):
+            times = np.array([step.op(f"layers.{i}.{stop}").wall_ms for i in range(TINY.n_layers)])
+            i, j = row[f"layers.1.{stop}"], whisker[f"layers.1.{stop}"]
+            assert bars.x[i] == spread.x[j] == pytest.approx(np.median(times))
+            assert spread.x[j] + spread.error_x.array[j] == pytest.approx(np.percentile(times, 90))
+            assert spread.x[j] - spread.error_x.arrayminus[j] == pytest.approx(np.percentile(times, 10))
+            assert labels.text[i] == f"{np.median(times):.2f}"
+            assert bars.marker.pattern.shape[i] == ""  # repeated measurements: not hatched
+            mark = dict(zip(own.y, own.x, strict=True))[f"layers.1.{stop}"]
+            assert mark == step.op(f"layers.1.{stop}").wall_ms  # the shown layer's own time, a diamond
+        lm_head = row["lm_head"]  # outside the layers: one measurement, hatched, no whisker, no diamond
+        assert bars.x[lm_head] == step.op("lm_head").wall_ms and bars.marker.pattern.shape[lm_head] == "/"
+        assert "lm_head" not in spread.y and "lm_head" not in own.y
+        assert labels.text[row["layers.1.attn.split_heads"]] == "view"
     assert fig.layout.xaxis2.type == "log" and "ms" in fig.layout.xaxis2.title.text
+    assert fig.layout.annotations[1].text == "wall time<br>median of 2 layers"
+    key = next(a.text for a in fig.layout.annotations if a.text.startswith("wall time, measured"))
+    assert "median over the 2 layers" in key and "one measurement" in key and "below 0.01 ms" in key
+
+
+def test_hover_says_what_the_time_is_and_how_far_to_trust_it():
+    fig = journey_figure(PREFILL, DECODE, 1)
+    times = [PREFILL.op(f"layers.{i}.attn.softmax").wall_ms for i in range(2)]
+    own = PREFILL.op("layers.1.attn.softmax").wall_ms
+    assert (f"wall (measured): median of 2 layers {np.median(times):.2f} ms (p10-p90 {np.percentile(times, 10):.2f}-"
+            f"{np.percentile(times, 90):.2f}, range {min(times):.2f}-{max(times):.2f} ms); layer 1 itself "
+            f"{own:.2f} ms") in hover_of(fig, "layers.1.attn.softmax")
+    assert f"wall (measured): {PREFILL.op('lm_head').wall_ms:.2f} ms, one measurement" in hover_of(fig, "lm_head")
+    assert "wall (measured): no kernel (a view)" in hover_of(fig, "layers.1.attn.split_heads")
+
+
+def test_a_time_under_the_noise_floor_is_grey_and_labelled_noise():
+    ops = [replace(op, wall_ms=0.004) if op.name.endswith("attn.gqa_expand") else op for op in PREFILL.ops]
+    fig = journey_figure(replace(PREFILL, ops=ops), None, 0)
+    walls = wall_traces(fig, "x2")
+    i = list(walls["wall time"].y).index("layers.0.attn.gqa_expand")
+    assert walls["wall time"].marker.color[i] == NOISE_COLOUR and walls["wall ms"].text[i] == "noise"
+    assert "(below 0.01 ms: the timer's resolution and overhead, noise)" in hover_of(fig, "layers.0.attn.gqa_expand")
+    q_proj = list(walls["wall time"].y).index("layers.0.attn.q_proj")
+    assert walls["wall time"].marker.color[q_proj] == kind_colour("gemm")
+
+
+def test_a_shape_only_step_draws_no_wall_time():
+    prefill, decode = (replace(step, shape_only=True, device="meta") for step in (PREFILL, DECODE))
+    fig = journey_figure(prefill, decode, 0)
+    assert traces_on(fig, "x2") == [] and traces_on(fig, "x4") == []  # no bar, no diamond, no label
+    assert not fig.layout.xaxis2.visible and not fig.layout.xaxis4.visible
+    notes = [a.text for a in fig.layout.annotations]
+    assert notes.count("shape-only:<br>no compute,<br>no times") == 2
+    assert notes[1] == notes[3] == "no wall time" and not any("measured" in note for note in notes)
+    assert "shape-only: no times" in fig.layout.title.text
+    hover = hover_of(fig, "layers.0.attn.q_proj")
+    assert "wall: not timed (shape-only: no compute ran)" in hover and " ms" not in hover and "measured" not in hover
+    assert [t.name for t in traces_on(fig, "x")][:1] == ["stop"]  # the shapes are still drawn
 
 
 def test_each_row_has_its_kinds_colour_and_each_kind_one_legend_entry():
     fig = journey_figure(PREFILL, DECODE, 0)
     for axis, step in (("x", PREFILL), ("x2", PREFILL), ("x3", DECODE), ("x4", DECODE)):
         (bars,) = [t for t in traces_on(fig, axis) if t.type == "bar" and t.y]
-        assert list(bars.marker.color) == [kind_colour(step.op(name).kind) for name in bars.y]
+        assert list(bars.marker.color) == [kind_colour(step.op(name).kind) for name in bars.y]  # none is noise
     assert "tokenize" not in traces_on(fig, "x4")[0].y  # the decode step has no tokenize: no bar
     legend = [t for t in fig.data if t.showlegend]
     assert sorted(t.name for t in legend) == sorted({op.kind for op in PREFILL.ops})
@@ -98,7 +160,6 @@ def test_hover_gives_formula_symbols_numbers_and_weight_shape():
     assert "S = Q·Kᵀ / √d_h" in scores and "weight" not in scores and "[1, 4, 1, 13]" in scores
     assert "rotate_half(q)" in hover_of(fig, "layers.1.attn.rope")
     assert "silu(gate) ⊙ up" in hover_of(fig, "layers.1.mlp.act")
-    assert f"wall: {PREFILL.op('layers.1.attn.softmax').wall_ms:.2f} ms" in hover_of(fig, "layers.1.attn.softmax")
 
 
 def test_weight_shape_comes_from_the_stops_shapes():
