@@ -27,7 +27,7 @@ from explorer.journey import shape_text, step_label
 from explorer.stops import parse_stop_name
 from explorer.trace import OpRecord, StepTrace
 
-ROW_PX = 17  # a row per stop: the 26 rows of a Llama layer and the stops around it fit 640 px
+ROW_PX = 16  # a row per stop: the 26 rows of a Llama layer, the stops around it and the key fit 660 px
 MIN_BAR_MS = 1e-3  # a stop faster than this (or a view, None) draws as a stub
 MAX_FLOW_CHARS = 68  # what a shape column holds at 1400 px; the hover has the full text
 NOISE_COLOUR = "#d4d4d4"  # a time below the noise floor: greyed, whatever its kind
@@ -98,8 +98,8 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> 
     what = "shapes at every stop (shape-only: no times)" if prefill.shape_only else \
         "shapes and wall time at every stop"
     base_layout(fig, "journey", decode.step_index if decode else 0, f"Journey through layer {layer}: {what}",
-                height=ROW_PX * len(rows) + (200 if prefill.shape_only else 230))
-    return set_layout(fig, margin={"l": 150, "r": 20, "t": 100, "b": 120 if prefill.shape_only else 150})
+                height=ROW_PX * len(rows) + (176 if prefill.shape_only else 206))
+    return set_layout(fig, margin={"l": 150, "r": 20, "t": 76, "b": 120 if prefill.shape_only else 150})
 
 
 def _column(ops: list[OpRecord], vocab: int, trace: StepTrace, layer: int, shapes_cell: dict,
