@@ -63,7 +63,8 @@ class LessonInputs:
         step: the decode step the pages speak of (>= 1).
         layer: the decoder layer the page's view shows.
         hardware: the roofline's machine.
-        attention: the shown layer's probabilities at `step`, [h_q, 1, n] float32 (None in shape-only mode).
+        attention: the shown layer's probabilities at `step`, [h_q, 1, n] float32; None where the run has
+            none (shape-only mode, a saved run that left them out).
     """
 
     run: Run
@@ -162,7 +163,7 @@ def _attention_row(i: LessonInputs) -> str:
     n = step.context_length
     head = f"At {_label(step)} one new query, the token fed, attends to all **n = {n}** keys: one new row per head."
     if i.attention is None:
-        return f"{head} (Shape-only mode: no values to show.)"
+        return f"{head} (This run holds no attention values to show: shape-only mode, or a saved run without them.)"
     row = i.attention[:, -1, :].mean(axis=0)  # [n], the heads' mean weight on each key
     top = int(np.argmax(row))
     pieces = i.run.pieces_until(i.step)

@@ -218,7 +218,8 @@ def on_decode_click(visit: Visit | None, *controls):
 @shows_errors
 def on_run_click(visit: Visit | None, count: float | None, *controls):
     """Run up to `count` decode steps, redrawing after each; stops early where generation ends."""
-    most = _session(visit) and visit.limits.max_run_tokens
+    _session(visit)
+    most = visit.limits.max_run_tokens
     if count is None or not 1 <= count <= most:
         raise SessionStateError(f"Run between 1 and {most} tokens at a time.")
     yield from _decode_from(visit, int(count), controls)

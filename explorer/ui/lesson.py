@@ -11,7 +11,9 @@ from __future__ import annotations
 import gradio as gr
 
 from explorer.analysis.measured import Scenario
-from explorer.errors import SessionStateError
+from explorer.errors import ExplorerError, SessionStateError
+from explorer.figures.theme import empty_figure, plain_label
+from explorer.figures.views import VIEWS
 from explorer.lesson import PAGES, LessonInputs, LessonPage, page_layer, page_text
 from explorer.runner.probe import resolve_hardware
 from explorer.ui import handlers
@@ -56,9 +58,14 @@ def lesson_outputs(visit: Visit, index: int, average: bool, hardware: str, prese
     layer, step = page_layer(page, n_layers), len(run.steps) - 1
     scenario = Scenario(batch=page.batch)
     machine = resolve_hardware(hardware)
-    attention = None if run.latest.shape_only else visit.attention.probs(step, layer)
+    attention = visit.attention.probs(step, layer) if visit.attention.has(step, layer) else None
     text = page_text(page, LessonInputs(run, step, layer, machine, attention))
-    outputs = handlers.step_outputs(visit, layer, average, hardware, page.view, presenter, zoom, scenario)
+    try:
+        outputs = handlers.step_outputs(visit, layer, average, hardware, page.view, presenter, zoom, scenario)
+    except ExplorerError as exc:  # a saved run without this view's values: the figure says so
+        outputs = handlers.step_outputs(visit, layer, average, hardware, "", presenter, zoom, scenario)
+        outputs = (*outputs[: -len(VIEWS)],
+                   *(empty_figure(view, plain_label(str(exc))) if view == page.view else gr.skip() for view in VIEWS))
     # a roofline page sets the what-if it speaks of (and its batch box, so the settings say so)
     what_if = (scenario, page.batch) if page.view == "roofline" else (gr.skip(), gr.skip())
     return (*outputs, gr.update(visible=True), _page_markdown(page, index, text, ran), index,

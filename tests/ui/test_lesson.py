@@ -100,9 +100,27 @@ def test_every_page_reads_on_a_shape_only_model(served):
     for index in range(len(PAGES)):
         _, state = turn(visit, index - 1 if index else None, 1 if index else 0)
         assert state["lesson_text"].startswith(f"**Lesson {index + 1} ")
-    assert "no values" in page_text(PAGES[5], LessonInputs(visit.run, 1, 0, resolve_hardware("h100-sxm")))
+    assert "no attention values to show" in page_text(PAGES[5], LessonInputs(visit.run, 1, 0, resolve_hardware("h100-sxm")))
 
 
 def test_the_lesson_before_a_prefill_says_what_to_do():
     with pytest.raises(gr.Error, match="press Prefill, then open the lesson"):
         lesson.on_lesson_move(0)(None, None, *CONTROLS)
+
+
+def test_a_saved_run_without_its_attention_still_reads(served, tmp_path):
+    import json
+
+    from explorer.ui.saved import run_to_dict
+
+    live = prefill(served)
+    turn(live, None, 0)  # a decode step
+    data = run_to_dict(live.run, None)  # every matrix saved as null
+    data["attention_left_out"] = "left out for the test"
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data))
+    saved = handlers.ServedHandlers(served).on_import_upload(None, str(path), 0, False, "h100-sxm", "forward")[0]
+    steps, state = turn(saved, 4, 1)
+    assert state["lesson_page"] == 5 and "no attention values to show" in state["lesson_text"]
+    figure = steps[8 + VIEWS.index("attention")]  # the view says why it is empty
+    assert "holds no attention" in figure.layout.annotations[0].text
