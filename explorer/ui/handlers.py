@@ -258,7 +258,7 @@ def _decode_from(visit: Visit | None, count: int, controls: tuple):
 def _decode(visit: Visit, count: int, controls: tuple):
     """Run up to `count` decode steps after the latest one, yielding the step outputs after each."""
     sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
-    visit.pending = visit.viewing = None
+    visit.viewing = None
     session = visit.session
     if session.finished:
         yield _ended_outputs(visit)
@@ -290,13 +290,21 @@ def _offer_outputs(visit: Visit, step: int) -> tuple:
     return (gr.skip(), line, *skips[:4], gr.update(visible=True), *skips[4:])
 
 
+def _close_question(visit: Visit) -> dict:
+    """The "go on from which step" row's update: hidden where it was asked, else left as it is (a
+    visibility update re-lays the page out in the browser, so it is sent only when it changes)."""
+    asked, visit.pending = visit.pending is not None, None
+    return _hidden() if asked else gr.skip()
+
+
 def _ended_outputs(visit: Visit) -> tuple:
     """The step outputs when generation has ended: a status line that says so and what to do next."""
     latest = visit.run.latest
     line = (f"{status_text(visit, latest.step_index)} Press Prefill for a new run, or pick an earlier step "
             "in \"Step shown\" and continue from it.")
     gr.Info(f"Generation ended ({latest.finish_reason.replace('_', ' ')}).", title="Done")
-    return (gr.skip(), line, *[gr.skip()] * (STEP_OUTPUTS - 2))
+    skips = [gr.skip()] * (STEP_OUTPUTS - 3)
+    return (gr.skip(), line, *skips[:4], _close_question(visit), *skips[4:])
 
 
 @shows_errors
@@ -353,10 +361,9 @@ def on_step_change(visit: Visit | None, step: int | None, layer: int, average_he
     if not _open(visit):
         return tuple(gr.skip() for _ in range(4 + len(VIEWS)))
     options = _options(visit, step, layer, average_heads, hardware, presenter, zoom, what_if)
-    visit.pending = None
     visit.viewing = options.step if options.step < len(visit.run.steps) - 1 else None
     return (status_text(visit, options.step), _strip(visit, options.step), visit.run.text_at(options.step),
-            _hidden(), *_views(visit, options, shown))
+            _close_question(visit), *_views(visit, options, shown))
 
 
 def on_tab_select(view: str):
@@ -423,8 +430,9 @@ def on_sampling_change(visit: Visit | None, step: int | None, *controls):
 
 def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, shown: str,
                  presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None) -> tuple:
-    """After a step: (visit, status, token strip, text, step menu, layer slider, *one per view), the
-    latest step shown, the view `shown` drawn and the others left as they are."""
+    """After a step: (visit, status, token strip, text, step menu, layer slider, the question on where
+    to go on from (hidden where it was asked, or at a prefill), Reset's question (left as it is), *one
+    per view), the latest step shown, the view `shown` drawn and the others left as they are."""
     traces = visit.run.steps
     latest = len(traces) - 1
     visit.viewing = None
@@ -434,7 +442,8 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
                           what_if or Scenario())
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
     return (visit, status_text(visit, latest), _strip(visit, latest), visit.run.text, steps,
-            gr.update(maximum=n_layers - 1, value=layer), _hidden(), _hidden(), *_views(visit, options, shown))
+            gr.update(maximum=n_layers - 1, value=layer), _hidden() if latest == 0 else _close_question(visit),
+            _hidden() if latest == 0 else gr.skip(), *_views(visit, options, shown))
 
 
 def _hidden() -> dict:
@@ -504,7 +513,8 @@ def _replay_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str
     Raises:
         ConfigError: a view cannot be drawn from the run (the schema should have refused it).
     """
-    text_outputs = step_outputs(visit, layer, average_heads, hardware, "", presenter, zoom)[: -len(VIEWS)]
+    text_outputs = list(step_outputs(visit, layer, average_heads, hardware, "", presenter, zoom)[: -len(VIEWS)])
+    text_outputs[6:8] = [_hidden(), _hidden()]  # no question of the page's previous run stays open
     options = _options(visit, None, layer, average_heads, hardware, presenter, zoom, what_if)
     return (*text_outputs, *(_drawn_or_message(visit, options, view) for view in VIEWS))
 

@@ -23,7 +23,6 @@ from explorer.ui.views import Visit
 # After the step outputs: the lesson's panel, its text, its page index, the view tabs, the view on
 # screen, the roofline's what-if and its batch box.
 LESSON_OUTPUTS = ("lesson_panel", "lesson_text", "lesson_page", "tabs_selected", "shown", "what_if", "wi_batch")
-CLOSED_TEXT = ""
 
 
 def on_lesson_move(delta: int):
