@@ -191,7 +191,8 @@ def test_closing_clients_without_reset_frees_their_sessions_through_unload(app):
           f"{time.perf_counter() - start:.1f} s later")
     assert opened == 3
     assert freed
-    assert live_traces() == before_traces
+    # a step's outputs may still be on their way to the closed page when its session is freed
+    assert wait_until(lambda: live_traces() == before_traces, UNLOAD_TIMEOUT_S), live_traces() - before_traces
 
 
 def test_twenty_concurrent_sessions_get_their_own_seeds_tokens_and_reset_frees_them(app, model):
