@@ -16,6 +16,7 @@ import numpy as np
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts, scenario_costs
 from explorer.analysis.roofline import StepRoofline, costs_roofline
+from explorer.figures.kv_cache import bytes_text
 from explorer.figures.theme import si_text
 from explorer.run import Run
 from explorer.trace import StepTrace
@@ -265,7 +266,4 @@ def _share(fraction: float) -> str:
 
 
 def _bytes(size: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if size >= scale:
-            return f"{size / scale:.3g} {unit}"
-    return f"{size:.0f} B"
+    return bytes_text(round(size))

@@ -14,25 +14,23 @@ import math
 
 import gradio as gr
 
-from explorer.analysis.measured import Scenario, StepCosts
+from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, ExplorerError, PromptError, SamplingSettingsError, SessionStateError
-from explorer.figures.theme import empty_figure, plain_label, si_text
+from explorer.figures.theme import empty_figure, plain_label
 from explorer.figures.views import VIEWS, ViewOptions
 from explorer.journey import step_label
 from explorer.run import Run
 from explorer.runner.prompts import check_prompt_chars
 from explorer.runner.session import InferenceSession
-from explorer.trace import StepTrace
 from explorer.ui.export import export_label, plan_export, write_export
 from explorer.ui.hosting import Limits, Served, client_address
-from explorer.ui.legend import legend_html
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.plain import markdown_text
 from explorer.ui.saved import load_run
+from explorer.ui.status import status_text, strip_html
 from explorer.ui.toasts import shows_errors, toast_text
-from explorer.ui.tokens import token_strip_html
 from explorer.ui.views import Visit, render
 
 # The handlers' inputs by component name (`explorer.ui.layout` wires them by these names), in order.
@@ -362,7 +360,7 @@ def on_step_change(visit: Visit | None, step: int | None, layer: int, average_he
         return tuple(gr.skip() for _ in range(4 + len(VIEWS)))
     options = _options(visit, step, layer, average_heads, hardware, presenter, zoom, what_if)
     visit.viewing = options.step if options.step < len(visit.run.steps) - 1 else None
-    return (status_text(visit, options.step), _strip(visit, options.step), visit.run.text_at(options.step),
+    return (status_text(visit, options.step), strip_html(visit, options.step), visit.run.text_at(options.step),
             _close_question(visit), *_views(visit, options, shown))
 
 
@@ -441,51 +439,13 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
     options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom),
                           what_if or Scenario())
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
-    return (visit, status_text(visit, latest), _strip(visit, latest), visit.run.text, steps,
+    return (visit, status_text(visit, latest), strip_html(visit, latest), visit.run.text, steps,
             gr.update(maximum=n_layers - 1, value=layer), _hidden() if latest == 0 else _close_question(visit),
             _hidden() if latest == 0 else gr.skip(), *_views(visit, options, shown))
 
 
 def _hidden() -> dict:
     return gr.update(visible=False)
-
-
-def _strip(visit: Visit, step: int) -> str:
-    """The token strip as it was after `step`: the tokens fed up to it, its own outlined, and the token
-    it chose dashed (the later steps' tokens are not shown); then the legend of the symbols and chips."""
-    run = visit.run
-    traces = list(run.steps[: step + 1])
-    chosen = traces[-1].sampling
-    return token_strip_html(traces, step, run.piece(chosen.token_id) if chosen else None) + legend_html(run, step)
-
-
-def status_text(visit: Visit, step: int) -> str:
-    """The model's name and device, then one line on the step shown: tokens in, context, its totals (wall time measured,
-    FLOPs and bytes estimated by the cost model), the chosen token (and, for an earlier step, which
-    step is the latest)."""
-    trace = visit.run.steps[step]
-    source = "a saved run, shown without the model: " if visit.saved else ""
-    # the model's name and device (its whole description is in the model menu): one line at 1280 px
-    model = f"{visit.run.description.split(': ')[0]} on {trace.device}"
-    line = f"{source}{markdown_text(model)}\n\n**{step_label(trace)}**: {_step_summary(trace, visit.run.costs(step))}"
-    if trace.finished:
-        line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."
-    if step != len(visit.run.steps) - 1:
-        line += f". An earlier step: the latest is {step_label(visit.run.latest)}."
-    return line
-
-
-def _step_summary(trace: StepTrace, costs: StepCosts | None) -> str:
-    """Tokens in and context; the step's measured wall time and what it gives in tokens/s (none on the
-    meta device: nothing is computed there); the cost model's FLOPs and bytes; the chosen token."""
-    tokens = f"{len(trace.input_ids)} token(s) in, context n = {trace.context_length}"
-    estimate = "" if costs is None else (f", {si_text(costs.total.flops, 'FLOP')} and "
-                                         f"{si_text(costs.total.bytes, 'B')} (estimated)")
-    if trace.shape_only:
-        return f"{tokens}{estimate}; shape-only: shapes measured on the meta device, no values and no compute time"
-    rate = f", {1e3 / trace.wall_ms:.1f} tokens/s" if trace.stage == "decode" and trace.wall_ms > 0 else ""
-    chosen = f"{markdown_text(repr(trace.token_text))} (p = {trace.sampling.token_prob:.3f})"
-    return f"{tokens}, {trace.wall_ms:.0f} ms measured{rate}{estimate}; next token {chosen}"
 
 
 def restored_controls(run: Run) -> tuple:

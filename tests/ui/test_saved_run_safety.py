@@ -22,6 +22,7 @@ from explorer.runner.session import InferenceSession
 from explorer.ui import handlers, run_schema
 from explorer.ui.hosting import LOCAL
 from explorer.ui.saved import load_run, save_run
+from explorer.ui.status import status_text
 from explorer.ui.tokens import token_strip_html
 from explorer.ui.views import Visit, render
 
@@ -340,7 +341,7 @@ def test_the_status_line_shows_imported_text_as_plain_text(run, tmp_path):
     run["description"] = HTML_TEXT
     run["traces"][2]["token_text"] = "<img src=x onerror=alert(1)> *x*"
     visit = Visit.replay(*load_run(write(tmp_path, run)), LOCAL)
-    tags, text = rendered_markdown(handlers.status_text(visit, 2))
+    tags, text = rendered_markdown(status_text(visit, 2))
     assert tags == ["p", "p", "strong"]  # the two lines, and the step's label in bold
     name = HTML_TEXT.split(": ")[0]
     assert f"a saved run, shown without the model: {name} on {visit.run.steps[2].device}\n" in text
