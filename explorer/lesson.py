@@ -153,8 +153,8 @@ def _gqa(i: LessonInputs) -> str:
                 f"holds {h_q} heads per layer ({_bytes(held)} now). GQA models share one KV head among g query heads "
                 "and cache g times less.")
     g = h_q // h_kv
-    return (f"The **{h_q} query heads** share **{h_kv} KV heads**: each group of **g = {g}** heads (one frame in the "
-            f"view) reads the same K and V. So the cache is {g}× smaller than an MHA model's of the same size "
+    return (f"The **{h_q} query heads** share **{h_kv} KV heads**: each group of **g = {g}** heads (the panels "
+            f"titled with the same KV head) reads the same K and V. So the cache is {g}× smaller than an MHA model's of the same size "
             f"(**{_bytes(held)}** against {_bytes(held * g)} now), and a decode step reads {g}× fewer cache bytes. "
             f"Heads of one group still weigh the keys differently: each has its own queries (layer {i.layer}).")
 
