@@ -16,7 +16,7 @@ import numpy as np
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts, scenario_costs
 from explorer.analysis.roofline import StepRoofline, costs_roofline
-from explorer.figures.kv_cache import bytes_text
+from explorer.figures.kv_cache import bytes_text, total_bytes
 from explorer.figures.theme import si_text
 from explorer.run import Run
 from explorer.trace import StepTrace
@@ -132,7 +132,7 @@ def _memory_bound(i: LessonInputs) -> str:
 
 def _kv_cache(i: LessonInputs) -> str:
     spec, step = _spec(i), i.run.steps[i.step]
-    held = sum(kv.key_bytes + kv.value_bytes for kv in step.kv)
+    held = total_bytes(step.kv)
     per_token = held / step.context_length
     kv_flops = 2 * spec.hidden_size * 2 * spec.n_kv_heads * spec.head_dim * spec.n_layers  # K and V, one token
     most = i.run.config.get("max_position_embeddings") or 0
@@ -147,7 +147,7 @@ def _kv_cache(i: LessonInputs) -> str:
 def _gqa(i: LessonInputs) -> str:
     spec, step = _spec(i), i.run.steps[i.step]
     h_q, h_kv = spec.n_heads, spec.n_kv_heads
-    held = sum(kv.key_bytes + kv.value_bytes for kv in step.kv)
+    held = total_bytes(step.kv)
     if h_q == h_kv:
         return (f"This model is **MHA**: each of its {h_q} query heads has its own KV head (g = 1), so its cache "
                 f"holds {h_q} heads per layer ({_bytes(held)} now). GQA models share one KV head among g query heads "
