@@ -65,6 +65,14 @@ def trace_precision(trace: StepTrace) -> Precision:
     return Precision(weights=short, activations=short, kv=short)
 
 
+def trace_options(trace: StepTrace) -> CostOptions:
+    """The cost options the trace ran under: its own dtype, and the LM head over every position when
+    the trace's `lm_head` took T rows (`--lm-head-all`), else over the last one as `generate` runs it."""
+    head = next((op for op in trace.ops if op.name == "lm_head"), None)
+    all_positions = head is not None and head.input_shapes[0][1] > 1
+    return CostOptions(precision=trace_precision(trace), lm_head_all_positions=all_positions)
+
+
 def measured_points(trace: StepTrace, spec: ModelSpec, options: CostOptions | None = None) -> list[MeasuredPoint]:
     """Measured points for every traced stop that has a wall time and an analytic cost.
 
@@ -78,7 +86,7 @@ def measured_points(trace: StepTrace, spec: ModelSpec, options: CostOptions | No
         Points in trace order; stops without a wall time (views), without cost (tokenize, sample)
         or with zero measured time are left out.
     """
-    options = options or CostOptions(precision=trace_precision(trace))
+    options = options or trace_options(trace)
     return _measured(trace, step_costs(spec, step_from_trace(trace), options))
 
 
@@ -123,14 +131,14 @@ class StepCosts:
 
 
 def trace_costs(spec: ModelSpec, trace: StepTrace) -> StepCosts:
-    """The step's costs in its own dtype (LM head over the last position, as the runner computes it)
+    """The step's costs in its own dtype (LM head over the positions the runner ran it on: `trace_options`)
     and its measured times per operator.
 
     Raises:
         KeyError: the trace has no "embed" stop (B and T come from it).
         ConfigError: the trace's dtype is not one the cost model knows.
     """
-    step, options = step_from_trace(trace), CostOptions(precision=trace_precision(trace))
+    step, options = step_from_trace(trace), trace_options(trace)
     costs = step_costs(spec, step, options)
     points = _measured(trace, costs)
     wall_s: dict[str, float] = {}
@@ -145,14 +153,14 @@ def trace_costs(spec: ModelSpec, trace: StepTrace) -> StepCosts:
 
 def stop_costs(spec: ModelSpec, trace: StepTrace, layer: int) -> dict[str, OpCost]:
     """The analytic cost of each stop outside the layers and in decoder layer `layer`, by canonical
-    name, in the trace's own dtype (LM head over the last position, as the runner computes it): what
+    name, in the trace's own dtype and LM-head positions (`trace_options`): what
     the forward-pass view's hover says a stop computes and moves.
 
     Raises:
         KeyError: the trace has no "embed" stop (B and T come from it).
         ConfigError: the trace's dtype is not one the cost model knows.
     """
-    step, options = step_from_trace(trace), CostOptions(precision=trace_precision(trace))
+    step, options = step_from_trace(trace), trace_options(trace)
     costs = [embed_cost(spec, step, options), *layer_costs(spec, layer, step, options),
              norm_cost("final_norm", None, step.rows, spec.hidden_size, spec.norm, options.precision),
              lm_head_cost(spec, step, options)]

@@ -3,7 +3,7 @@
 Shapes follow docs/concepts.md ("The stops of one forward pass") and record what the runner
 records: projections [B, T, in] -> [B, T, out]; attention in heads layout [B, heads, T, d_h];
 QK-norm on [B, T, heads, d_h] in Qwen3 (before the transpose), on [B, heads, T, d_h] in Gemma 3;
-the LM head on the last position only.
+the LM head on the last position only (or on all T with `lm_head_all`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def cache_length(spec: ModelSpec, layer: int, tokens: int, context: int) -> int:
     return context if window is None else min(context - tokens, window - 1) + tokens
 
 
-def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context: int) -> dict[str, Shapes]:
+def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context: int,
+                   lm_head_all: bool = False) -> dict[str, Shapes]:
     """(input shapes, output shapes) of every tensor stop from "embed" to "lm_head".
 
     Args:
@@ -34,6 +35,7 @@ def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context
         batch: B.
         tokens: T (1 in decode).
         context: n, cache length after the step's write.
+        lm_head_all: the LM head over all T positions ([B, T, V]); False: the last one ([B, 1, V]).
 
     Raises:
         ConfigError: the family is not traced, so has no stop table (`explorer.families.FAMILIES`).
@@ -46,7 +48,8 @@ def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context
             stop = parse_stop_name(name)[1]
             shapes[name] = _layer_stop(spec, stop, kind, b, t, cache_length(spec, layer, t, context))
     shapes["final_norm"] = ([row], [row])
-    shapes["lm_head"] = ([[b, 1, d]], [[b, 1, spec.vocab_size]])
+    rows = t if lm_head_all else 1
+    shapes["lm_head"] = ([[b, rows, d]], [[b, rows, spec.vocab_size]])
     return shapes
 
 

@@ -29,6 +29,10 @@ def register(subparsers) -> None:
     source.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
     source.add_argument("--config", help="shape-only: a preset name or a config.json path (no weights)")
     parser.add_argument("--prompt-tokens", type=int, help="give the prompt as a token count (shape-only)")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="B, sequences run together (above 1: shape-only, with --config)")
+    parser.add_argument("--lm-head-all", action="store_true",
+                        help="run the LM head over every position ([B, T, V] logits), not the last one only")
     parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     parser.add_argument("--system", help="system prompt for the chat template")
     parser.add_argument("--sample", action="store_true",
@@ -62,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"model: {loaded.description}")
     session = InferenceSession(loaded, settings)
     traces = [session.prefill(args.prompt, use_chat_template=not args.no_chat_template,
-                              system_prompt=args.system, prompt_tokens=args.prompt_tokens)]
+                              system_prompt=args.system, prompt_tokens=args.prompt_tokens,
+                              batch=args.batch, lm_head_all=args.lm_head_all)]
     while len(traces) <= args.steps and not session.finished:
         traces.append(session.decode_step())
     if not 0 <= args.layer < len(traces[0].kv):
@@ -90,6 +95,10 @@ def _check_early(args: argparse.Namespace) -> None:
         raise PromptError("The prompt is empty: give some text (or --prompt-tokens N with --config).")
     if args.steps < 0:
         raise ExplorerError("--steps must be 0 or more.")
+    if args.batch < 1:
+        raise ExplorerError("--batch must be 1 or more.")
+    if args.batch > 1 and args.config is None:
+        raise ExplorerError("--batch above 1 runs in shape-only mode: give --config (a preset or a config.json).")
     if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
         raise ExplorerError(f"Cannot write the trace to {args.json}: give a file path in an existing folder.")
 
@@ -111,10 +120,12 @@ def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:
     times, and its summary line says so.
     """
     prefill, decode = traces[0], traces[1] if len(traces) > 1 else None
+    batch = prefill.op("embed").input_shapes[0][0]
+    sequences = f" x {batch} sequences" if batch > 1 else ""
     if prefill.shape_only:
-        print(f"\nprefill: {len(prefill.input_ids)} tokens, shape-only: no compute, no times")
+        print(f"\nprefill: {len(prefill.input_ids)} tokens{sequences}, shape-only: no compute, no times")
     else:
-        print(f"\nprefill: {len(prefill.input_ids)} tokens in {prefill.wall_ms:.1f} ms (measured, one run)")
+        print(f"\nprefill: {len(prefill.input_ids)} tokens{sequences} in {prefill.wall_ms:.1f} ms (measured, one run)")
     print(_table(prefill, decode, layer))
     print(timing_note(prefill))
     print(f"\nlayer {layer} K cache:")

@@ -40,6 +40,9 @@ from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, SamplingRecord
 # per-session budget.
 DEFAULT_ATTENTION_BUDGET_BYTES = 144 * 2**20
 
+# The most sequences one run takes together (`prefill(batch=...)`).
+MAX_BATCH = 256
+
 # Top tokens per step whose text pieces the run names (the sampling view draws 20 of them).
 PIECES_PER_STEP = 64
 
@@ -93,6 +96,8 @@ class InferenceSession:
         self._detokenizer: IncrementalDetokenizer | None = None
         self._failed_step: str | None = None  # a step that raised may have written part of the cache
         self._step_lock = threading.Lock()  # two clicks at once run one step after the other
+        self.batch = 1  # B of the current run (`prefill`)
+        self.lm_head_all = False  # the LM head over every position (`prefill`)
 
     @property
     def traces(self) -> tuple[StepTrace, ...]:
@@ -137,6 +142,8 @@ class InferenceSession:
         system_prompt: str | None = None,
         prompt_tokens: int | None = None,
         on_layer: Callable[[int, int], None] | None = None,
+        batch: int = 1,
+        lm_head_all: bool = False,
     ) -> StepTrace:
         """Run the whole prompt through the model on a fresh cache and choose the first token.
 
@@ -147,21 +154,28 @@ class InferenceSession:
             prompt_tokens: a prompt given as a token count T (ids are placeholders: shape-only mode).
             on_layer: called as (layer index, layer count) once each layer's attention has run, to show
                 a long prefill's progress.
+            batch: B, sequences run together (shape-only mode: B copies of the placeholder prompt; every
+                stop's shapes carry B; the views show sequence 0).
+            lm_head_all: run the LM head over every position ([B, T, V] logits) instead of the last one
+                only, as `generate` does; the next token still comes from the last position.
 
         Raises:
             PromptError: empty prompt, a lone surrogate in the prompt or system prompt, no tokenizer for
                 a text prompt, a token count for real weights or one that is not a whole number >= 1,
                 longer than `max_prompt_tokens` or than the context window, or a prompt or system
                 prompt longer than `max_prompt_chars(max_prompt_tokens)` characters (checked before
-                the tokenizer runs).
+                the tokenizer runs), or a batch that is not a whole number in 1..`MAX_BATCH` (above 1: shape-only
+                mode only).
         """
+        self._check_batch(batch)
         start = time.perf_counter()
         ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens)
-        tokenize = OpRecord("tokenize", "tokenize", None, [], [[1, len(ids)]], "int64",
+        tokenize = OpRecord("tokenize", "tokenize", None, [], [[batch, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
         with self._step_lock:
             self._cache = DynamicCache(config=self.loaded.model.config)
             self.ids, self.generated, self._failed_step = list(ids), [], None
+            self.batch, self.lm_head_all = batch, bool(lm_head_all)
             self._generator_states = []
             self.run = self._new_run()
             self.run.prompt = PromptInputs(prompt if prompt_tokens is None else None, bool(use_chat_template),
@@ -290,6 +304,13 @@ class InferenceSession:
         q_len, kv_len = trace.attention[layer].shape[1:]  # a sliding-window layer sees only its last kv_len keys
         return recorder.attention[layer][:, -q_len:, -kv_len:]
 
+    def _check_batch(self, batch) -> None:
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+            raise PromptError(f"The batch must be a whole number of sequences from 1 to {MAX_BATCH}.")
+        if batch > 1 and not self.loaded.shape_only:
+            raise PromptError("A batch above 1 runs in shape-only mode (--config); with real weights, run one "
+                              "prompt at a time.")
+
     def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> list[int]:
         if prompt_tokens is None:
             ids = self._encode(prompt, use_chat_template, system_prompt)
@@ -344,10 +365,11 @@ class InferenceSession:
         model = self.loaded.model
         recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self.attention.store.keeper(),
                                 on_layer=on_layer)
-        input_ids = torch.tensor([new_ids], device=self.loaded.device)
+        input_ids = torch.tensor([new_ids] * self.batch, device=self.loaded.device)
+        keep = 0 if self.lm_head_all else 1  # transformers: 0 keeps every position
         with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
             start = time.perf_counter()
-            output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=1)
+            output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=keep)
             recorder.finish()  # on CUDA the step's one synchronise, so wall_ms covers the GPU's work
             wall_ms = (time.perf_counter() - start) * 1e3
         kv, context_length = self._kv_snapshots(), self._cache.get_seq_length()
@@ -385,14 +407,15 @@ class InferenceSession:
             ids = torch.tensor([self.ids], dtype=torch.long)
             sampling = sample_next_token(logits, ids, self.settings, self._generator)
             token_id = sampling.token_id
-        extra["sample"] = OpRecord("sample", "sample", None, [[1, vocab]], [[1]], "int64",
+        batch = self.batch
+        extra["sample"] = OpRecord("sample", "sample", None, [[batch, vocab]], [[batch]], "int64",
                                    (time.perf_counter() - start) * 1e3)
         start = time.perf_counter()
         self._generator_states.append(self._generator.get_state())
         self.ids.append(token_id)
         self.generated.append(token_id)
         token_text = self._detokenizer.push(token_id) if self._detokenizer else ""
-        extra["detokenize"] = OpRecord("detokenize", "detokenize", None, [[1]], [], "str",
+        extra["detokenize"] = OpRecord("detokenize", "detokenize", None, [[batch]], [], "str",
                                        (time.perf_counter() - start) * 1e3)
         return sampling, token_text, self._finish_reason(token_id)
 

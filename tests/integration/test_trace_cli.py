@@ -46,6 +46,36 @@ def test_a_shape_only_trace_prints_no_time_per_stop(capsys):
     assert not re.search(r"\d ms\b", out)
 
 
+def test_a_batch_of_eight_decoding_one_step_prints_the_textbook_shapes(capsys):
+    """Llama-3-8B, 8 requests of 1,000 tokens of context, one decode step: the shapes walk-throughs ask for."""
+    assert main(["trace", "--config", "llama-3-8b", "--batch", "8", "--prompt-tokens", "1000", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    decode = {line.split()[0]: re.split(r" {2,}", line)[-1] for line in out.splitlines()
+              if line.startswith(("layers.0.", "lm_head"))}
+    assert decode["layers.0.attn.q_proj"] == "[8, 1, 4096] -> [8, 1, 4096]"
+    assert decode["layers.0.attn.split_heads"].endswith("-> [8, 32, 1, 128] [8, 8, 1, 128] [8, 8, 1, 128]")
+    assert decode["layers.0.attn.kv_cache_write"].endswith("-> [8, 8, 1001, 128] [8, 8, 1001, 128]")
+    assert decode["layers.0.attn.scores"].endswith("-> [8, 32, 1, 1001]")
+    assert decode["layers.0.mlp.gate_proj"] == "[8, 1, 4096] -> [8, 1, 14336]"
+    assert decode["lm_head"] == "[8, 1, 4096] -> [8, 1, 128256]"
+    assert "prefill: 1000 tokens x 8 sequences" in out and "after step 1    [8, 8, 1001, 128]" in out
+
+
+def test_the_lm_head_over_all_positions_prints_logits_for_every_token(capsys):
+    assert main(["trace", "--config", "smollm2-135m", "--prompt-tokens", "7", "--steps", "1", "--lm-head-all"]) == 0
+    lm_head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("lm_head"))
+    assert re.split(r" {2,}", lm_head)[2:] == ["[1, 7, 576] -> [1, 7, 49152]", "[1, 1, 576] -> [1, 1, 49152]"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--batch", "0", "--config", "qwen3-0.6b", "--prompt-tokens", "3"], "--batch must be 1 or more"),
+    (["hello", "--batch", "2"], "--batch above 1 runs in shape-only mode"),
+])
+def test_a_bad_batch_is_refused_with_a_message(args, message, capsys):
+    assert main(["trace", *args]) != 0
+    assert message in capsys.readouterr().err
+
+
 def ms(value: float) -> str:
     """A time as the table prints it: no decimal from 100 ms, two down to 0.01 ms, four below."""
     return f"{value:.0f}" if value >= 100 else f"{value:.2f}" if value >= 0.01 else f"{value:.4f}"
