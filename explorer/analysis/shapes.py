@@ -43,6 +43,9 @@ def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context
     b, t, d = batch, tokens, spec.hidden_size
     row = [b, t, d]
     shapes: dict[str, Shapes] = {"embed": ([[b, t]], [row])}
+    if spec.arch.positions == "learned":  # GPT-2: position ids [1, T] -> rows [1, T, d], broadcast over B
+        shapes["pos_embed"] = ([[1, t]], [[1, t, d]])
+        shapes["embed_add"] = ([row, [1, t, d]], [row])
     for name, kind, layer in stop_table(traced_family(spec.family), spec.n_layers, stage):
         if layer is not None:
             stop = parse_stop_name(name)[1]
@@ -79,7 +82,7 @@ def _layer_stop(spec: ModelSpec, op: str, kind: str, b: int, t: int, n: int) -> 
         "attn.weighted_sum": ([[b, hq, t, n], expanded], [q_heads]),
         "attn.merge_heads": ([q_heads], [[b, t, spec.q_size]]),
         "attn.o_proj": ([[b, t, spec.q_size]], [row]),
-        "mlp.act": ([[b, t, width], [b, t, width]], [[b, t, width]]),
+        "mlp.act": ([[b, t, width]] * (2 if spec.gated_mlp else 1), [[b, t, width]]),
         "mlp.down_proj": ([[b, t, width]], [row]),
     }
     if op in fixed:

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts
 from explorer.analysis.records import OpCost
+from explorer.families import FAMILIES
 from explorer.figures.attention import attention_figure, stack_attention
 from explorer.figures.forward import forward_figure
 from explorer.figures.journey import journey_figure
@@ -94,7 +95,13 @@ def fig_forward(data: ViewData, options: ViewOptions) -> go.Figure:
     config = data.run.config
     return forward_figure(data.run.steps[0], decode, options.layer, len(data.run.steps[0].kv),
                           tied_lm_head=bool(config.get("tie_word_embeddings")), costs=data.stop_costs,
-                          presenter=options.presenter)
+                          presenter=options.presenter, weights_in_out=_conv1d(config))
+
+
+def _conv1d(config: dict) -> bool:
+    """Whether the run's family stores its layers' weights [in, out] (GPT-2's Conv1D)."""
+    family = FAMILIES.get(config.get("model_type"))
+    return family is not None and family.conv1d
 
 
 def fig_journey(data: ViewData, options: ViewOptions) -> go.Figure:

@@ -1,7 +1,8 @@
 """Turning one pass's recorded events into the ordered stops of a `StepTrace`.
 
 Stops that are modules or steps of the attention function were timed directly. The rest are
-bounded by their neighbours: RoPE runs between the last projection (or QK-norm) and the cache
+bounded by their neighbours: GPT-2's sum of token and position embeddings between the position lookup
+and the first norm; RoPE runs between the last projection (or QK-norm) and the cache
 write; a residual add between the end of its branch and the next norm; the MLP activation in the
 gaps after the gate projection (Llama runs silu(gate) before the up projection) and before the down
 projection. Splitting into heads is a view: it launches no kernel, so its wall time is None.
@@ -50,6 +51,8 @@ def assemble_ops(
         builder = _DERIVED.get(parse_stop_name(name)[1]) if layer is not None else None
         if builder is not None:
             ops.append(_plain(builder(name, kind, layer, layer_events, family)))
+        elif name == "embed_add":
+            ops.append(_plain(_embed_add(name, kind, events)))
         elif name in events:
             ops.append(_plain(_from_event(name, kind, layer, events[name])))
         else:
@@ -131,7 +134,18 @@ def _residual(name, kind, layer, branch_out: Event, wall_ms: float) -> OpRecord:
     return OpRecord(name, kind, layer, [shape, shape], [shape], branch_out.dtype, wall_ms)
 
 
+def _embed_add(name: str, kind: str, events: dict[str, Event]) -> OpRecord:
+    """GPT-2's token embeddings [B, T, d] plus the position table's rows [1, T, d] (broadcast over B),
+    timed from the end of the position lookup to the first layer's norm (the add and the dropout)."""
+    tokens, positions = events["embed"], events["pos_embed"]
+    after = events.get(stop_name(0, "input_norm")) or events["final_norm"]
+    return OpRecord(name, kind, None, [tokens.outputs[0], positions.outputs[0]], [tokens.outputs[0]],
+                    tokens.dtype, _ms(positions.end, after.start))
+
+
 def _mlp_act(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
+    if not family.gated_mlp:  # GPT-2's GELU is a module of its own, hooked
+        return _from_event(name, kind, layer, ev["mlp.act"])
     down = ev["mlp.down_proj"]
     if family.fused_gate_up:
         wall_ms = _ms(ev["mlp.gate_up_proj"].end, down.start)

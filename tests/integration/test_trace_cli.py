@@ -61,6 +61,22 @@ def test_a_batch_of_eight_decoding_one_step_prints_the_textbook_shapes(capsys):
     assert "prefill: 1000 tokens x 8 sequences" in out and "after step 1    [8, 8, 1001, 128]" in out
 
 
+def test_gpt2_prints_its_learned_positions_fused_qkv_and_tied_head(capsys):
+    """GPT-2 small's published config: d 768, 12 heads of 64 (h_kv = h_q), d_ff 3072, V 50257, no RoPE."""
+    assert main(["trace", "--config", "gpt2", "--prompt-tokens", "5", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    prefill = {line.split()[0]: re.split(r" {2,}", line)[2] for line in out.splitlines()
+               if line.startswith(("embed", "pos_embed", "layers.0.", "lm_head"))}
+    assert prefill["pos_embed"] == "[1, 5] -> [1, 5, 768]"
+    assert prefill["embed_add"] == "[1, 5, 768] [1, 5, 768] -> [1, 5, 768]"
+    assert prefill["layers.0.attn.qkv_proj"] == "[1, 5, 768] -> [1, 5, 2304]"
+    assert prefill["layers.0.attn.split_heads"] == "[1, 5, 2304] -> [1, 12, 5, 64] [1, 12, 5, 64] [1, 12, 5, 64]"
+    assert prefill["layers.0.mlp.up_proj"] == "[1, 5, 768] -> [1, 5, 3072]"
+    assert prefill["layers.0.mlp.act"] == "[1, 5, 3072] -> [1, 5, 3072]"
+    assert prefill["lm_head"] == "[1, 1, 768] -> [1, 1, 50257]"
+    assert "layers.0.attn.rope" not in out and "after step 1    [1, 12, 6, 64]" in out
+
+
 def test_the_lm_head_over_all_positions_prints_logits_for_every_token(capsys):
     assert main(["trace", "--config", "smollm2-135m", "--prompt-tokens", "7", "--steps", "1", "--lm-head-all"]) == 0
     lm_head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("lm_head"))
