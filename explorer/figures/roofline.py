@@ -1,8 +1,10 @@
 """The roofline view: each operator of the prefill and of a decode step on a machine's roofline.
 
 Left: arithmetic intensity (FLOP/byte) against attainable FLOP/s, log-log, one point per operator
-summed over layers, the memory slope and compute roof of the chosen machine with its ridge point;
-optionally the measured points (analytic FLOPs over the traced wall time) as open markers. Right:
+summed over layers, the memory slope and compute roof of the chosen machine with its ridge point
+(for the datasheet entry of the device the steps ran on, also the roofs measured there, dashed:
+`explorer.figures.roofs`); optionally the measured points (analytic FLOPs over the traced wall
+time) as open markers. Right:
 each operator's time lower bound, so the operators that cost the time can be read by name.
 
 Costs come from `explorer.analysis` (`trace_costs`, computed once per step by the `Run`, with the
