@@ -30,7 +30,8 @@ def register(subparsers) -> None:
     source.add_argument("--config", help="shape-only: a preset name or a config.json path (no weights)")
     parser.add_argument("--prompt-tokens", type=int, help="give the prompt as a token count (shape-only)")
     parser.add_argument("--batch", type=int, default=1,
-                        help="B, sequences run together (above 1: shape-only, with --config)")
+                        help="B, sequences run together: with --config, B copies of the prompt; with weights, "
+                             "the prompt's B lines, one prompt each (at most 8), left-padded")
     parser.add_argument("--lm-head-all", action="store_true",
                         help="run the LM head over every position ([B, T, V] logits), not the last one only")
     parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
@@ -65,14 +66,19 @@ def run(args: argparse.Namespace) -> int:
                   progress=lambda message: print(message, file=sys.stderr))
     print(f"model: {loaded.description}")
     session = InferenceSession(loaded, settings)
+    prompts = _lines(args.prompt) if args.batch > 1 and not loaded.shape_only else None
     traces = [session.prefill(args.prompt, use_chat_template=not args.no_chat_template,
                               system_prompt=args.system, prompt_tokens=args.prompt_tokens,
-                              batch=args.batch, lm_head_all=args.lm_head_all)]
+                              batch=1 if prompts else args.batch, lm_head_all=args.lm_head_all, prompts=prompts)]
     while len(traces) <= args.steps and not session.finished:
         traces.append(session.decode_step())
     if not 0 <= args.layer < len(traces[0].kv):
         raise ExplorerError(f"--layer must be in 0..{len(traces[0].kv) - 1} for this model.")
     print_journey(traces, session.text, args.layer)
+    if prompts:
+        print("\nevery sequence (sequence 0 above; left-padded to the longest prompt):")
+        for b, text in enumerate(session.batch_texts):
+            print(f"  {b}: {prompts[b]!r} -> {text!r}")
     if args.json:
         _write_json(args.json, traces, session.attention)
     return 0
@@ -97,10 +103,16 @@ def _check_early(args: argparse.Namespace) -> None:
         raise ExplorerError("--steps must be 0 or more.")
     if args.batch < 1:
         raise ExplorerError("--batch must be 1 or more.")
-    if args.batch > 1 and args.config is None:
-        raise ExplorerError("--batch above 1 runs in shape-only mode: give --config (a preset or a config.json).")
+    if args.batch > 1 and args.config is None and len(_lines(args.prompt)) != args.batch:
+        raise ExplorerError(f"--batch {args.batch} with real weights takes {args.batch} prompts, one per line of "
+                            "the prompt (or use --config for shape-only copies).")
     if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
         raise ExplorerError(f"Cannot write the trace to {args.json}: give a file path in an existing folder.")
+
+
+def _lines(prompt: str | None) -> list[str]:
+    """The prompt's non-empty lines: one prompt each in a batch."""
+    return [line for line in (prompt or "").splitlines() if line.strip()]
 
 
 def _write_json(path: Path, traces: list[StepTrace], attention: AttentionSource) -> None:

@@ -80,7 +80,7 @@ def in_head_order(probs: torch.Tensor) -> torch.Tensor:
     return probs[:, 0].transpose(0, 1).reshape(group * h_kv, q_len, n)
 
 
-def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor) -> np.ndarray:
+def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.Tensor | None = None) -> np.ndarray:
     """A step's attention probabilities from its queries and the cached keys, under a causal mask.
 
     The mask is eager's (0, or the dtype's minimum above the diagonal: `transformers.masking_utils`),
@@ -90,6 +90,7 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor) -> np.ndarray:
     Args:
         inputs: the step's queries [h_q, T, d_h] (the last T of the n positions) and scaling.
         keys: [1, h_kv, n, d_h], the cache's keys of positions 0..n-1.
+        padding: [n] attention mask of a left-padded sequence (0 at padding, masked as eager masks it), or None.
 
     Returns:
         [h_q, T, n] float32 numpy, rows sum to 1.
@@ -98,6 +99,8 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor) -> np.ndarray:
     q_len, n = query.shape[2], keys.shape[2]
     mask = torch.full((q_len, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
     mask.triu_(n - q_len + 1)  # query r sits at position n - T + r and sees keys 0..n - T + r
+    if padding is not None:
+        mask.masked_fill_(padding.to(mask.device)[None, :] == 0, torch.finfo(query.dtype).min)
     with torch.inference_mode():
         probs = softmax(grouped_scores(query, keys, inputs.scaling, inputs.softcap, mask[None, None]))
         return in_head_order(probs).to(torch.float32).cpu().numpy()

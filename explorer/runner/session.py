@@ -22,6 +22,7 @@ from explorer.run import PromptInputs, Run
 from explorer.runner.architectures import model_features
 from explorer.runner.assemble import assemble_ops
 from explorer.runner.attention_store import LiveAttention
+from explorer.runner.batch import MAX_PROMPTS, Batch
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
@@ -98,6 +99,7 @@ class InferenceSession:
         self._step_lock = threading.Lock()  # two clicks at once run one step after the other
         self.batch = 1  # B of the current run (`prefill`)
         self.lm_head_all = False  # the LM head over every position (`prefill`)
+        self._batch: Batch | None = None  # a batch of real prompts (`prefill(prompts=...)`)
 
     @property
     def traces(self) -> tuple[StepTrace, ...]:
@@ -144,6 +146,7 @@ class InferenceSession:
         on_layer: Callable[[int, int], None] | None = None,
         batch: int = 1,
         lm_head_all: bool = False,
+        prompts: list[str] | None = None,
     ) -> StepTrace:
         """Run the whole prompt through the model on a fresh cache and choose the first token.
 
@@ -158,6 +161,10 @@ class InferenceSession:
                 stop's shapes carry B; the views show sequence 0).
             lm_head_all: run the LM head over every position ([B, T, V] logits) instead of the last one
                 only, as `generate` does; the next token still comes from the last position.
+            prompts: a batch of real prompts (1 to `MAX_PROMPTS`), instead of `prompt`: left-padded to the
+                longest with the attention mask and position ids `generate` uses, each sequence drawn with
+                its own generator (seed + b) (`explorer.runner.batch`). The run records sequence 0 (its
+                padded ids, logits and sampling); `batch_rows` holds every sequence's ids.
 
         Raises:
             PromptError: empty prompt, a lone surrogate in the prompt or system prompt, no tokenizer for
@@ -169,13 +176,18 @@ class InferenceSession:
         """
         self._check_batch(batch)
         start = time.perf_counter()
-        ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens)
+        rows = self._tokenize_batch(prompts, use_chat_template, system_prompt) if prompts is not None else None
+        if rows is not None:
+            prompt, batch = "\n".join(prompts), rows.size
+            ids = rows.prefill_ids()[0]
+        else:
+            ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens)
         tokenize = OpRecord("tokenize", "tokenize", None, [], [[batch, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
         with self._step_lock:
             self._cache = DynamicCache(config=self.loaded.model.config)
             self.ids, self.generated, self._failed_step = list(ids), [], None
-            self.batch, self.lm_head_all = batch, bool(lm_head_all)
+            self.batch, self.lm_head_all, self._batch = batch, bool(lm_head_all), rows
             self._generator_states = []
             self.run = self._new_run()
             self.run.prompt = PromptInputs(prompt if prompt_tokens is None else None, bool(use_chat_template),
@@ -201,6 +213,8 @@ class InferenceSession:
             self._check_can_decode()
             if settings is not None:
                 self.settings = settings
+            if self._batch is not None:
+                self._batch.extend()
             return self._step("decode", [self.generated[-1]], {}, None)
 
     def branch(self, step_index: int) -> None:
@@ -218,6 +232,8 @@ class InferenceSession:
         """
         with self._step_lock:
             steps = self.run.steps
+            if self._batch is not None:
+                raise SessionStateError("A batch of prompts cannot go back to an earlier step; run a new prefill.")
             if not 0 <= step_index < len(steps) - 1:
                 raise SessionStateError(f"There is no earlier step {step_index} to continue from: "
                                         f"the steps run are 0 to {len(steps) - 1}.")
@@ -287,29 +303,63 @@ class InferenceSession:
         held = self._cache.layers[layer] if self._cache is not None else None
         if held is not None and held.keys.shape[-2] == self.run.latest.context_length:
             inputs = self.attention.store.inputs[step_index][layer]
-            return recompute_probs(inputs, held.keys[:, :, :trace.context_length])
+            padding = self._batch.mask[0, :trace.context_length] if self._batch is not None else None
+            return recompute_probs(inputs, held.keys[:1, :, :trace.context_length], padding)
         return self._rerun_attention(trace, layer)
 
     def _rerun_attention(self, trace: StepTrace, layer: int) -> np.ndarray:
         recorder = StepRecorder(stop_after_layer=layer)  # the times are not kept: no device clock
         cache = DynamicCache(config=self.loaded.model.config)
-        ids = torch.tensor([self.ids[: trace.context_length]], device=self.loaded.device)
+        inputs = {"input_ids": torch.tensor([self.ids[: trace.context_length]], device=self.loaded.device)}
+        if self._batch is not None:  # sequence 0 alone, with its padding masked as in the batch
+            inputs["attention_mask"] = self._batch.mask[:1, :trace.context_length].to(self.loaded.device)
+            inputs["position_ids"] = self._batch.positions()[:1, :trace.context_length].to(self.loaded.device)
         model = self.loaded.model
         with model_lock(model), torch.inference_mode(), tracing(model, cache, recorder, hook_modules=False):
             try:
-                model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+                model(**inputs, cache=cache, use_cache=True, logits_to_keep=1)
             except StopForward:
                 pass
         recorder.finish()
         q_len, kv_len = trace.attention[layer].shape[1:]  # a sliding-window layer sees only its last kv_len keys
         return recorder.attention[layer][:, -q_len:, -kv_len:]
 
+    @property
+    def batch_rows(self) -> list[list[int]]:
+        """Each sequence's ids without padding (prompt, then its chosen tokens; the pad id after its end);
+        one row, the run's ids, outside a batch of prompts."""
+        return [list(row) for row in self._batch.rows] if self._batch is not None else [list(self.ids)]
+
+    @property
+    def batch_texts(self) -> list[str]:
+        """Each sequence's generated text, special tokens left out ("" in shape-only mode)."""
+        if not self._has_text():
+            return [""] * self.batch
+        if self._batch is None:
+            return [self.text]
+        return [self.loaded.tokenizer.decode(row[length:], skip_special_tokens=True)
+                for row, length in zip(self._batch.rows, self._batch.prompt_lengths, strict=True)]
+
+    def _tokenize_batch(self, prompts: list[str], use_chat_template: bool, system_prompt: str | None) -> Batch:
+        if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS:
+            raise PromptError(f"A batch takes 1 to {MAX_PROMPTS} prompts, one per line.")
+        rows = [self._encode(text, use_chat_template, system_prompt) for text in prompts]
+        self._check_length(max(len(row) for row in rows))
+        return Batch.start(rows, self._pad_id(), self.settings.seed)
+
+    def _pad_id(self) -> int:
+        """The generation config's pad id, else the tokenizer's, else the first EOS id (as `generate`)."""
+        for pad in (self.loaded.model.generation_config.pad_token_id, self.loaded.tokenizer.pad_token_id):
+            if pad is not None:
+                return int(pad)
+        return self.loaded.eos_token_ids[0]
+
     def _check_batch(self, batch) -> None:
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
             raise PromptError(f"The batch must be a whole number of sequences from 1 to {MAX_BATCH}.")
         if batch > 1 and not self.loaded.shape_only:
-            raise PromptError("A batch above 1 runs in shape-only mode (--config); with real weights, run one "
-                              "prompt at a time.")
+            raise PromptError("A batch of copies runs in shape-only mode (--config); with real weights, give "
+                              "one prompt per sequence.")
 
     def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> list[int]:
         if prompt_tokens is None:
@@ -365,15 +415,16 @@ class InferenceSession:
         model = self.loaded.model
         recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self.attention.store.keeper(),
                                 on_layer=on_layer)
-        input_ids = torch.tensor([new_ids] * self.batch, device=self.loaded.device)
         keep = 0 if self.lm_head_all else 1  # transformers: 0 keeps every position
+        inputs = self._batch_inputs(stage) if self._batch is not None else {
+            "input_ids": torch.tensor([new_ids] * self.batch, device=self.loaded.device)}
         with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
             start = time.perf_counter()
-            output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=keep)
+            output = model(**inputs, cache=self._cache, use_cache=True, logits_to_keep=keep)
             recorder.finish()  # on CUDA the step's one synchronise, so wall_ms covers the GPU's work
             wall_ms = (time.perf_counter() - start) * 1e3
         kv, context_length = self._kv_snapshots(), self._cache.get_seq_length()
-        sampling, token_text, finish_reason = self._choose(output.logits[0, -1], extra)
+        sampling, token_text, finish_reason = self._choose(output.logits[:, -1], extra)
         trace = StepTrace(
             stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
             context_length=context_length,
@@ -403,9 +454,11 @@ class InferenceSession:
         sampling = None
         if self.loaded.shape_only:
             token_id = 0
+        elif self._batch is not None:
+            sampling, token_id = self._choose_in_batch(logits)
         else:
             ids = torch.tensor([self.ids], dtype=torch.long)
-            sampling = sample_next_token(logits, ids, self.settings, self._generator)
+            sampling = sample_next_token(logits[0], ids, self.settings, self._generator)
             token_id = sampling.token_id
         batch = self.batch
         extra["sample"] = OpRecord("sample", "sample", None, [[batch, vocab]], [[batch]], "int64",
@@ -418,6 +471,29 @@ class InferenceSession:
         extra["detokenize"] = OpRecord("detokenize", "detokenize", None, [[batch]], [], "str",
                                        (time.perf_counter() - start) * 1e3)
         return sampling, token_text, self._finish_reason(token_id)
+
+    def _choose_in_batch(self, logits: torch.Tensor) -> tuple[SamplingRecord | None, int]:
+        """Each running sequence's next token from its row of `logits` [B, V], drawn with its own generator
+        from its own ids (no padding: what it sees alone); an ended sequence gets the pad id. Returns
+        sequence 0's record (None once it has ended) and token."""
+        batch, first = self._batch, None
+        for b, row in enumerate(batch.rows):
+            if batch.ended[b]:
+                row.append(batch.pad_id)
+                continue
+            record = sample_next_token(logits[b], torch.tensor([row]), self.settings, batch.generators[b])
+            row.append(record.token_id)
+            batch.ended[b] = record.token_id in self.loaded.eos_token_ids
+            first = record if b == 0 else first
+        return first, batch.rows[0][-1]
+
+    def _batch_inputs(self, stage: str) -> dict[str, torch.Tensor]:
+        """The model's inputs for a batch of prompts: [B, T] ids (the padded prompts, or each sequence's
+        last token), the [B, n] attention mask and the position ids of the new positions."""
+        batch, device = self._batch, self.loaded.device
+        ids = batch.prefill_ids() if stage == "prefill" else [[row[-1]] for row in batch.rows]
+        return {"input_ids": torch.tensor(ids, device=device), "attention_mask": batch.mask.to(device),
+                "position_ids": batch.positions()[:, -len(ids[0]):].to(device)}
 
     def _named_pieces(self, trace: StepTrace) -> dict[int, str]:
         """The pieces of the ids a step names that the run does not yet: the ids it fed, the token it
@@ -438,7 +514,8 @@ class InferenceSession:
         return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True).rstrip("\ufffd")
 
     def _finish_reason(self, token_id: int) -> str:
-        if not self.loaded.shape_only and token_id in self.loaded.eos_token_ids:
+        ended = all(self._batch.ended) if self._batch is not None else token_id in self.loaded.eos_token_ids
+        if not self.loaded.shape_only and ended:
             return "eos"
         if len(self.generated) >= self.settings.max_new_tokens:
             return "max_new_tokens"

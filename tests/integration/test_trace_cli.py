@@ -83,9 +83,24 @@ def test_the_lm_head_over_all_positions_prints_logits_for_every_token(capsys):
     assert re.split(r" {2,}", lm_head)[2:] == ["[1, 7, 576] -> [1, 7, 49152]", "[1, 1, 576] -> [1, 1, 49152]"]
 
 
+def test_a_batch_of_real_prompts_prints_every_sequence(capsys, monkeypatch):
+    from tiny_models import tiny_model
+
+    loaded = tiny_model("llama")
+    monkeypatch.setattr("explorer.runner.loading.load", lambda **kwargs: loaded)
+    prompts = ["Hi", "What is 2+2?", "A longer prompt here."]
+    assert main(["trace", "\n".join(prompts), "--batch", "3", "--steps", "2", "--no-chat-template"]) == 0
+    out = capsys.readouterr().out
+    longest = len(prompts[2])  # one id per character
+    assert f"prefill: {longest} tokens x 3 sequences" in out
+    assert f"after step 2    [3, 2, {longest + 2}, 10]" in out
+    texts = [line.split("-> ", 1)[1] for line in out.splitlines() if line.startswith(("  0: ", "  1: ", "  2: "))]
+    assert len(texts) == 3 and all(text.startswith("'") for text in texts)
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--batch", "0", "--config", "qwen3-0.6b", "--prompt-tokens", "3"], "--batch must be 1 or more"),
-    (["hello", "--batch", "2"], "--batch above 1 runs in shape-only mode"),
+    (["hello", "--batch", "2"], "--batch 2 with real weights takes 2 prompts, one per line"),
 ])
 def test_a_bad_batch_is_refused_with_a_message(args, message, capsys):
     assert main(["trace", *args]) != 0
