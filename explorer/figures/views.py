@@ -101,6 +101,16 @@ def fig_forward(data: ViewData, options: ViewOptions) -> go.Figure:
                           presenter=options.presenter, weights_in_out=_conv1d(config))
 
 
+def query_heads(config: dict) -> int:
+    """h_q from a config as transformers writes it (`num_attention_heads`; GPT-2: `n_head`).
+
+    Raises:
+        KeyError: neither field is there.
+    """
+    return config["n_head"] if "num_attention_heads" not in config and "n_head" in config else \
+        config["num_attention_heads"]
+
+
 def _conv1d(config: dict) -> bool:
     """Whether the run's family stores its layers' weights [in, out] (GPT-2's Conv1D)."""
     family = FAMILIES.get(config.get("model_type"))
@@ -133,7 +143,7 @@ def fig_attention(data: ViewData, options: ViewOptions) -> go.Figure:
 def fig_kv_cache(data: ViewData, options: ViewOptions) -> go.Figure:
     """Every layer's KV cache over the steps up to the shown one, against an MHA model's."""
     trace = data.run.step(options.step)
-    n_heads = data.run.config["num_attention_heads"]
+    n_heads = query_heads(data.run.config)
     return kv_cache_figure(list(data.run.steps[: trace.step_index + 1]), n_heads, trace.step_index)
 
 

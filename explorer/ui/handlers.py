@@ -34,7 +34,8 @@ from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.views import Visit, render
 
 # The handlers' inputs by component name (`explorer.ui.layout` wires them by these names), in order.
-PROMPT_INPUTS = ("model_choice", "custom_model", "prompt", "prompt_tokens", "use_chat_template", "system_prompt")
+PROMPT_INPUTS = ("model_choice", "custom_model", "prompt", "prompt_tokens", "use_chat_template", "system_prompt",
+                 "batch_lines", "lm_head_all")
 SAMPLING_FIELDS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "seed", "max_new_tokens")  # settings_from
 VIEW_INPUTS = ("layer", "average", "hardware", "shown", "presenter", "zoom", "what_if")  # step_outputs' view controls
 # the roofline's what-if controls, in `scenario_from` order
@@ -89,10 +90,12 @@ class ServedHandlers:
 
         Args:
             inputs: model choice, custom model, prompt, prompt tokens, chat template on, system prompt,
-                then the sampling and view controls.
+                a batch (one prompt per line: sequence 0 is the one shown), the LM head over every
+                position, then the sampling and view controls.
 
         Returns the step outputs."""
-        model_choice, custom_model, prompt, prompt_tokens, use_chat_template, system_prompt, *controls = inputs
+        (model_choice, custom_model, prompt, prompt_tokens, use_chat_template, system_prompt, batch_lines, lm_head_all,
+         *controls) = inputs
         sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
         settings = allowed_settings(settings_from(*sampling), self.served.limits)
         loaded = self.served.registry.get(model_choice, custom_model)
@@ -102,10 +105,13 @@ class ServedHandlers:
         on_layer = None if progress is None else _layer_progress(progress)
         if loaded.tokenizer is None:
             # an empty box (0): "needs at least one token"
-            session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62), on_layer=on_layer)
+            session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62), on_layer=on_layer,
+                            lm_head_all=bool(lm_head_all))
         else:
-            session.prefill(prompt, use_chat_template=use_chat_template,
-                            system_prompt=(system_prompt or "").strip() or None, on_layer=on_layer)
+            prompts = prompt_lines(prompt) if batch_lines else None
+            session.prefill(None if prompts else prompt, use_chat_template=use_chat_template,
+                            system_prompt=(system_prompt or "").strip() or None, on_layer=on_layer,
+                            lm_head_all=bool(lm_head_all), prompts=prompts)
         visit = Visit.start(session, self.served.limits)
         self.served.live.admit(_page(request), visit, client_address(request))  # refused if the page closed
         return step_outputs(visit, *view_controls)
@@ -396,6 +402,11 @@ def on_what_if_change(visit: Visit | None, step: int | None, hardware: str, pres
     if not _open(visit):
         return scenario, gr.skip()
     return scenario, render(visit, _options(visit, step, 0, False, hardware, presenter, what_if=scenario), "roofline")
+
+
+def prompt_lines(prompt: str | None) -> list[str]:
+    """A batch's prompts: the prompt box's non-empty lines, one sequence each."""
+    return [line for line in (prompt or "").splitlines() if line.strip()]
 
 
 def scenario_from(batch: float | None, context: float | None, tokens: float | None, weights: str | None,

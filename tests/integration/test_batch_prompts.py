@@ -6,6 +6,8 @@ the embedded model."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from tiny_models import tiny_model
@@ -97,3 +99,14 @@ def test_the_embedded_models_batch_of_three_equals_each_prompt_alone(embedded_mo
     assert len({len(row) for row in session.batch_rows}) == 3  # three lengths
     for row, prompt in zip(session.batch_rows, prompts, strict=True):
         assert row == alone(embedded_model, prompt, settings).ids
+
+
+def test_a_batch_run_saves_and_loads_back(batch, tmp_path):
+    from explorer.ui.run_schema import check_run
+    from explorer.ui.saved import run_from_dict, run_to_dict
+
+    data = json.loads(json.dumps(run_to_dict(batch.run, batch.attention)))  # as the file holds it
+    check_run(data)
+    loaded, _ = run_from_dict(data)
+    assert [step.op("embed").input_shapes for step in loaded.steps] == [
+        step.op("embed").input_shapes for step in batch.run.steps]

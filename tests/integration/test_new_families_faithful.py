@@ -93,3 +93,15 @@ def test_the_lm_head_over_all_positions_leaves_the_tokens_unchanged(loaded):
     every.prefill(PROMPT, use_chat_template=False, lm_head_all=True)
     np.testing.assert_allclose(every.traces[0].logits, last.traces[0].logits, rtol=0, atol=1e-5)
     assert every.generated == last.generated
+
+
+@pytest.mark.parametrize("view", ["forward", "journey", "attention", "kv_cache", "sampling", "roofline"])
+def test_every_view_draws_the_run(run, view):
+    from explorer.figures.views import ViewOptions
+    from explorer.ui.hosting import LOCAL
+    from explorer.ui.views import Visit, render
+
+    visit = Visit.start(run[0], LOCAL)
+    figure = render(visit, ViewOptions(step=2, layer=1, average_heads=False, hardware="h100-sxm"), view)
+    assert figure.layout.meta == {"view": view, "step": 2}
+    assert "error" not in str(figure.layout.title.text or "").lower()
