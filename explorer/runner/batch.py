@@ -14,7 +14,20 @@ from dataclasses import dataclass
 
 import torch
 
+from explorer.config import SamplingSettings
+from explorer.runner.loading import LoadedModel
+from explorer.runner.sampling import sample_next_token
+from explorer.trace import SamplingRecord
+
 MAX_PROMPTS = 8  # sequences of real prompts one run takes together
+
+
+def pad_id(loaded: LoadedModel) -> int:
+    """The generation config's pad id, else the tokenizer's, else the first EOS id (as `generate`)."""
+    for pad in (loaded.model.generation_config.pad_token_id, loaded.tokenizer.pad_token_id):
+        if pad is not None:
+            return int(pad)
+    return loaded.eos_token_ids[0]
 
 
 @dataclass
@@ -64,7 +77,29 @@ class Batch:
         """One more position for every sequence (a decode step's token), as `generate` extends the mask."""
         self.mask = torch.cat([self.mask, self.mask.new_ones(self.size, 1)], dim=-1)
 
-    def padded(self, b: int) -> list[int]:
-        """Sequence b's ids as the batch feeds them: left padding, prompt, then chosen tokens (the pad id
-        after its end)."""
-        return [self.pad_id] * int((self.mask[b] == 0).sum()) + self.rows[b]
+    def inputs(self, stage: str, device) -> dict[str, torch.Tensor]:
+        """The model's inputs: [B, T] ids (the padded prompts, or each sequence's last token), the [B, n]
+        attention mask and the position ids of the new positions."""
+        ids = self.prefill_ids() if stage == "prefill" else [[row[-1]] for row in self.rows]
+        return {"input_ids": torch.tensor(ids, device=device), "attention_mask": self.mask.to(device),
+                "position_ids": self.positions()[:, -len(ids[0]):].to(device)}
+
+    def choose(self, logits: torch.Tensor, settings: SamplingSettings, eos_ids: list[int]) -> SamplingRecord | None:
+        """Append each running sequence's next token, chosen from its row of `logits` [B, V] with its own
+        generator and from its own ids (no padding: what it sees alone); an ended sequence gets the pad
+        id. Returns sequence 0's record (None once it has ended)."""
+        first = None
+        for b, row in enumerate(self.rows):
+            if self.ended[b]:
+                row.append(self.pad_id)
+                continue
+            record = sample_next_token(logits[b], torch.tensor([row]), settings, self.generators[b])
+            row.append(record.token_id)
+            self.ended[b] = record.token_id in eos_ids
+            first = record if b == 0 else first
+        return first
+
+    def texts(self, tokenizer) -> list[str]:
+        """Each sequence's generated text, special tokens left out."""
+        return [tokenizer.decode(row[length:], skip_special_tokens=True)
+                for row, length in zip(self.rows, self.prompt_lengths, strict=True)]

@@ -22,7 +22,7 @@ from explorer.run import PromptInputs, Run
 from explorer.runner.architectures import model_features
 from explorer.runner.assemble import assemble_ops
 from explorer.runner.attention_store import LiveAttention
-from explorer.runner.batch import MAX_PROMPTS, Batch
+from explorer.runner.batch import MAX_PROMPTS, Batch, pad_id
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
@@ -335,24 +335,14 @@ class InferenceSession:
         """Each sequence's generated text, special tokens left out ("" in shape-only mode)."""
         if not self._has_text():
             return [""] * self.batch
-        if self._batch is None:
-            return [self.text]
-        return [self.loaded.tokenizer.decode(row[length:], skip_special_tokens=True)
-                for row, length in zip(self._batch.rows, self._batch.prompt_lengths, strict=True)]
+        return [self.text] if self._batch is None else self._batch.texts(self.loaded.tokenizer)
 
     def _tokenize_batch(self, prompts: list[str], use_chat_template: bool, system_prompt: str | None) -> Batch:
         if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS:
             raise PromptError(f"A batch takes 1 to {MAX_PROMPTS} prompts, one per line.")
         rows = [self._encode(text, use_chat_template, system_prompt) for text in prompts]
         self._check_length(max(len(row) for row in rows))
-        return Batch.start(rows, self._pad_id(), self.settings.seed)
-
-    def _pad_id(self) -> int:
-        """The generation config's pad id, else the tokenizer's, else the first EOS id (as `generate`)."""
-        for pad in (self.loaded.model.generation_config.pad_token_id, self.loaded.tokenizer.pad_token_id):
-            if pad is not None:
-                return int(pad)
-        return self.loaded.eos_token_ids[0]
+        return Batch.start(rows, pad_id(self.loaded), self.settings.seed)
 
     def _check_batch(self, batch) -> None:
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
@@ -416,7 +406,7 @@ class InferenceSession:
         recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self.attention.store.keeper(),
                                 on_layer=on_layer)
         keep = 0 if self.lm_head_all else 1  # transformers: 0 keeps every position
-        inputs = self._batch_inputs(stage) if self._batch is not None else {
+        inputs = self._batch.inputs(stage, self.loaded.device) if self._batch is not None else {
             "input_ids": torch.tensor([new_ids] * self.batch, device=self.loaded.device)}
         with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
             start = time.perf_counter()
@@ -455,7 +445,8 @@ class InferenceSession:
         if self.loaded.shape_only:
             token_id = 0
         elif self._batch is not None:
-            sampling, token_id = self._choose_in_batch(logits)
+            sampling = self._batch.choose(logits, self.settings, self.loaded.eos_token_ids)
+            token_id = self._batch.rows[0][-1]
         else:
             ids = torch.tensor([self.ids], dtype=torch.long)
             sampling = sample_next_token(logits[0], ids, self.settings, self._generator)
@@ -471,29 +462,6 @@ class InferenceSession:
         extra["detokenize"] = OpRecord("detokenize", "detokenize", None, [[batch]], [], "str",
                                        (time.perf_counter() - start) * 1e3)
         return sampling, token_text, self._finish_reason(token_id)
-
-    def _choose_in_batch(self, logits: torch.Tensor) -> tuple[SamplingRecord | None, int]:
-        """Each running sequence's next token from its row of `logits` [B, V], drawn with its own generator
-        from its own ids (no padding: what it sees alone); an ended sequence gets the pad id. Returns
-        sequence 0's record (None once it has ended) and token."""
-        batch, first = self._batch, None
-        for b, row in enumerate(batch.rows):
-            if batch.ended[b]:
-                row.append(batch.pad_id)
-                continue
-            record = sample_next_token(logits[b], torch.tensor([row]), self.settings, batch.generators[b])
-            row.append(record.token_id)
-            batch.ended[b] = record.token_id in self.loaded.eos_token_ids
-            first = record if b == 0 else first
-        return first, batch.rows[0][-1]
-
-    def _batch_inputs(self, stage: str) -> dict[str, torch.Tensor]:
-        """The model's inputs for a batch of prompts: [B, T] ids (the padded prompts, or each sequence's
-        last token), the [B, n] attention mask and the position ids of the new positions."""
-        batch, device = self._batch, self.loaded.device
-        ids = batch.prefill_ids() if stage == "prefill" else [[row[-1]] for row in batch.rows]
-        return {"input_ids": torch.tensor(ids, device=device), "attention_mask": batch.mask.to(device),
-                "position_ids": batch.positions()[:, -len(ids[0]):].to(device)}
 
     def _named_pieces(self, trace: StepTrace) -> dict[int, str]:
         """The pieces of the ids a step names that the run does not yet: the ids it fed, the token it
