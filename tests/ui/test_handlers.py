@@ -351,6 +351,7 @@ def test_a_batch_of_prompts_one_per_line_runs_together_and_every_view_draws_sequ
     prompts = ["Hi", "What is 2+2?", "A longer third prompt"]
     visit, status, strip, *_ = handlers.ServedHandlers(served).on_prefill_click(
         None, None, served.registry.default_choice, "", "\n".join(prompts), 17, False, "", True, True, *GREEDY, *VIEW)
+    assert ">B</b> = 3" in strip  # the legend under the token strip
     rows = visit.session.batch_rows
     assert [row[:len(p)] for row, p in zip(rows, prompts, strict=True)] == [
         visit.session.loaded.tokenizer(p)["input_ids"] for p in prompts]
