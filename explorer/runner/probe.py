@@ -25,6 +25,7 @@ import statistics
 import time
 from datetime import datetime, timezone
 
+import psutil
 import torch
 
 from explorer.analysis.hardware import THIS_MACHINE, Hardware, get_hardware, hardware_from_dict
@@ -89,7 +90,7 @@ def measure() -> dict:
                      "best of repeats")
     return {
         "name": f"This machine (CPU, {os.cpu_count()} cores, torch)",
-        "memory_bytes": [_memory_bytes(), "os.sysconf(SC_PHYS_PAGES * SC_PAGE_SIZE)"],
+        "memory_bytes": [float(psutil.virtual_memory().total), "psutil.virtual_memory().total"],
         "memory_bandwidth_bytes_per_s": [max(copy, memory_gemv), memory_source],
         "cache_bandwidth_bytes_per_s": [cache_gemv, f"{here}: a matrix-vector product over a 4 MiB float32 "
                                                     "matrix, best of repeats"],
@@ -97,13 +98,6 @@ def measure() -> dict:
                                     "[1, 1] input"],
         "dense_flops_per_s": {"fp32": [flops_per_s, f"{here}: float32 matmul {_MATMUL_SIZE}^3, best of repeats"]},
     }
-
-
-def _memory_bytes() -> float:
-    try:
-        return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return 0.0
 
 
 def this_machine(refresh: bool = False) -> Hardware:
