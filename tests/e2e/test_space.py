@@ -4,14 +4,12 @@ variables), then driven in headless Chromium: it serves the embedded model in ho
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from processes import free_port, wait_until_served
 
 pytestmark = pytest.mark.real_model
 
@@ -20,25 +18,9 @@ START_TIMEOUT_S = 120
 TIMEOUT_MS = 60_000
 
 
-def _wait_until_served(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"space/app.py exited with {process.returncode}: {process.stdout.read()}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.5)  # a poll: the next try at the port (a process outside the browser, no `expect`)
-    raise AssertionError(f"space/app.py did not serve {url} within {START_TIMEOUT_S} s")
-
-
 @pytest.fixture(scope="module")
 def space_url(embedded_cache_dir):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "SPACE_ID": "local/llm-inference-explorer", "GRADIO_SERVER_NAME": "127.0.0.1",
            "GRADIO_SERVER_PORT": str(port), "EXPLORER_CACHE_DIR": str(embedded_cache_dir),
            "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
@@ -46,7 +28,7 @@ def space_url(embedded_cache_dir):
                                stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/"
     try:
-        _wait_until_served(url, process)
+        wait_until_served(url, process, START_TIMEOUT_S)
         yield url
     finally:
         process.terminate()
