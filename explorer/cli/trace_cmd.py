@@ -31,6 +31,8 @@ def register(subparsers) -> None:
     parser.add_argument("--prompt-tokens", type=int, help="give the prompt as a token count (shape-only)")
     parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     parser.add_argument("--system", help="system prompt for the chat template")
+    parser.add_argument("--thinking", action="store_true",
+                        help="let a thinking model reason first (Qwen3's chat template: enable_thinking; off by default)")
     parser.add_argument("--sample", action="store_true",
                         help="sample instead of greedy decoding (implied by any sampling setting below)")
     parser.add_argument("--temperature", type=float, default=1.0)
@@ -63,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"model: {loaded.description}")
     session = InferenceSession(loaded, settings)
     traces = [session.prefill(args.prompt, use_chat_template=not args.no_chat_template,
-                              system_prompt=args.system, prompt_tokens=args.prompt_tokens)]
+                              system_prompt=args.system, prompt_tokens=args.prompt_tokens,
+                              enable_thinking=args.thinking)]
     while len(traces) <= args.steps and not session.finished:
         traces.append(session.decode_step())
     print_journey(traces, session.text, args.layer)

@@ -169,10 +169,12 @@ def _model_controls(app: ServedHandlers, loaded: LoadedModel) -> dict[str, gr.co
     prompt_tokens = gr.Number(17, label="Prompt length in tokens (shape-only models without a tokenizer)",
                               precision=0, minimum=1, elem_id="prompt-tokens", visible=not text)
     chat_template = gr.Checkbox(True, label="Use the chat template", elem_id="chat-template", visible=text)
+    thinking = gr.Checkbox(False, label="Thinking (Qwen3: the chat template's enable_thinking)",
+                           elem_id="enable-thinking", visible=text)
     system_prompt = gr.Textbox(label="System prompt (optional, chat template only)", elem_id="system-prompt",
                                visible=text, max_length=most_chars)
     return {"model_choice": model_select, "custom_model": custom_model, "prompt_tokens": prompt_tokens,
-            "use_chat_template": chat_template, "system_prompt": system_prompt}
+            "use_chat_template": chat_template, "system_prompt": system_prompt, "enable_thinking": thinking}
 
 
 def _view_settings(loaded: LoadedModel) -> dict[str, gr.components.Component]:
@@ -311,7 +313,8 @@ def _step_outputs(c: dict) -> list:
 def _wire_model(c: dict, app: ServedHandlers) -> None:
     """A model picked from the menu sets the prompt's label and the controls its tokenizer allows."""
     c["model_choice"].input(app.on_model_select, c["model_choice"],
-                            _named(c, ("prompt", "prompt_tokens", "use_chat_template", "system_prompt")),
+                            _named(c, ("prompt", "prompt_tokens", "use_chat_template", "system_prompt",
+                                       "enable_thinking")),
                             api_visibility="private")
 
 

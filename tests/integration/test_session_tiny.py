@@ -333,3 +333,26 @@ def test_greedy_tokens_equal_generate(loaded):
         out = loaded.model.generate(prompt_ids, do_sample=False, max_new_tokens=6, eos_token_id=1,
                                     pad_token_id=0, cache=DynamicCache(config=loaded.model.config))
     assert out[0, prompt_ids.shape[1]:].tolist() == session.generated
+
+
+# How Qwen3's chat template ends the prompt: its `enable_thinking` switch, off, closes an empty think block
+# (Qwen3's holds two blank lines; spaces here, since the character tokenizer reads "\n\n" as one <unk>).
+QWEN3_CHAT_TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>  </think>  {% endif %}{% endif %}"
+)
+
+
+def test_thinking_is_off_unless_asked_through_the_chat_templates_switch():
+    loaded = tiny_model("qwen3")
+    loaded.tokenizer.chat_template = QWEN3_CHAT_TEMPLATE
+    session = InferenceSession(loaded, SamplingSettings(max_new_tokens=2))
+    off = session.prefill("Hi")
+    assert loaded.tokenizer.decode(off.input_ids) == "<user>Hi\n<assistant><think>  </think>  "
+    assert session.run.prompt.enable_thinking is False
+    on = session.prefill("Hi", enable_thinking=True)
+    assert loaded.tokenizer.decode(on.input_ids) == "<user>Hi\n<assistant>"
+    assert session.run.prompt.enable_thinking is True
+    saved = json.loads(json.dumps(run_to_dict(session.run, session.attention)))  # as a file holds it
+    assert run_from_dict(saved)[0].prompt.enable_thinking is True

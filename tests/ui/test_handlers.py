@@ -22,7 +22,8 @@ ATTENTION, JOURNEY = VIEWS.index("attention"), VIEWS.index("journey")
 def prefill(served, prompt="Hi there!", sampling=GREEDY, choice=None, prompt_tokens=17, custom="", page=None):
     request = type("Request", (), {"session_hash": page})() if page else None
     return handlers.ServedHandlers(served).on_prefill_click(
-        request, None, choice or served.registry.default_choice, custom, prompt, prompt_tokens, False, "", *sampling, *VIEW)
+        request, None, choice or served.registry.default_choice, custom, prompt, prompt_tokens, False, "", False, *sampling,
+        *VIEW)
 
 
 def meta(figure) -> dict:
@@ -225,7 +226,7 @@ def test_a_prefill_moves_the_progress_bar_once_per_layer_and_a_decode_step_does_
     calls = []
     visit, *_ = handlers.ServedHandlers(served).on_prefill_click(
         None, lambda fraction, desc: calls.append((fraction, desc)), served.registry.default_choice, "",
-        "Hi there!", 17, False, "", *GREEDY, *VIEW)
+        "Hi there!", 17, False, "", False, *GREEDY, *VIEW)
     n_layers = len(visit.run.steps[0].attention)
     assert n_layers == 3 and calls == [(1 / 3, "Prefill: layer 1 of 3"), (2 / 3, "Prefill: layer 2 of 3"),
                                        (1.0, "Prefill: layer 3 of 3")]
@@ -306,12 +307,12 @@ def test_after_a_prefill_the_model_menu_says_which_model_the_session_runs(served
 
 def test_a_shape_only_model_without_a_tokenizer_asks_for_a_prompt_length_and_hides_the_chat_controls(served):
     app = handlers.ServedHandlers(served)
-    label, length, chat, system = app.on_model_select(SHAPE_ONLY_PREFIX + "qwen3-0.6b")
+    label, length, chat, system, thinking = app.on_model_select(SHAPE_ONLY_PREFIX + "qwen3-0.6b")
     assert label == gr.update(label="Prompt (not used: this shape-only model has no tokenizer; set its length below)")
-    assert (length, chat, system) == (gr.update(visible=True), gr.update(visible=False), gr.update(visible=False))
-    label, length, chat, system = app.on_model_select(served.registry.default_choice)
+    assert length == gr.update(visible=True) and chat == system == thinking == gr.update(visible=False)
+    label, length, chat, system, thinking = app.on_model_select(served.registry.default_choice)
     assert label == gr.update(label="Prompt") and length == gr.update(visible=False)
-    assert chat == system == gr.update(visible=True)
+    assert chat == system == thinking == gr.update(visible=True)
 
 
 def test_a_what_if_redraws_the_roofline_without_running_the_model(served):
