@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
-from tiny_models import DIMS, tiny_model
+from tiny_models import DIMS, QWEN3_CHAT_TEMPLATE, tiny_model
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from explorer.analysis.shapes import predict_shapes
@@ -333,15 +333,6 @@ def test_greedy_tokens_equal_generate(loaded):
         out = loaded.model.generate(prompt_ids, do_sample=False, max_new_tokens=6, eos_token_id=1,
                                     pad_token_id=0, cache=DynamicCache(config=loaded.model.config))
     assert out[0, prompt_ids.shape[1]:].tolist() == session.generated
-
-
-# How Qwen3's chat template ends the prompt: its `enable_thinking` switch, off, closes an empty think block
-# (Qwen3's holds two blank lines; spaces here, since the character tokenizer reads "\n\n" as one <unk>).
-QWEN3_CHAT_TEMPLATE = (
-    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<assistant>"
-    "{% if enable_thinking is defined and enable_thinking is false %}<think>  </think>  {% endif %}{% endif %}"
-)
 
 
 def test_thinking_is_off_unless_asked_through_the_chat_templates_switch():
