@@ -169,7 +169,7 @@ def _model_controls(app: ServedHandlers, loaded: LoadedModel) -> dict[str, gr.co
     prompt_tokens = gr.Number(17, label="Prompt length in tokens (shape-only models without a tokenizer)",
                               precision=0, minimum=1, elem_id="prompt-tokens", visible=not text)
     chat_template = gr.Checkbox(True, label="Use the chat template", elem_id="chat-template", visible=text)
-    thinking = gr.Checkbox(False, label="Thinking (Qwen3: the chat template's enable_thinking)",
+    thinking = gr.Checkbox(False, label="Thinking (Qwen3's enable_thinking)",
                            elem_id="enable-thinking", visible=text)
     system_prompt = gr.Textbox(label="System prompt (optional, chat template only)", elem_id="system-prompt",
                                visible=text, max_length=most_chars)

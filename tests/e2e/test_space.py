@@ -132,7 +132,7 @@ def test_the_space_serves_qwen3_from_the_preloaded_cache_with_thinking_off_unles
     try:
         qwen3 = {"Model": QWEN3, "Prompt": "Hi"}
         off = prompt_tokens(client, qwen3)
-        on = prompt_tokens(client, qwen3 | {"Thinking (Qwen3: the chat template's enable_thinking)": True})
+        on = prompt_tokens(client, qwen3 | {"Thinking (Qwen3's enable_thinking)": True})
     finally:
         client.close()
     assert off - on == len("<think>  </think>  ")  # one token per character: the closed think block
