@@ -9,6 +9,7 @@ from importlib import resources
 from explorer.errors import ExplorerError
 
 ASSET_NAMES = ("app.css", "shortcuts.js", "examples.json")
+ASSETS = resources.files("explorer.ui").joinpath("assets")  # a folder, or a folder inside a zip
 
 
 def asset_text(name: str) -> str:
@@ -19,7 +20,7 @@ def asset_text(name: str) -> str:
             with what to do; never an `OSError`, which the launcher would take for a port problem.
     """
     try:
-        return resources.files("explorer.ui").joinpath("assets", name).read_text(encoding="utf-8")
+        return ASSETS.joinpath(name).read_text(encoding="utf-8")
     except OSError as exc:
         raise ExplorerError(
             f"The app's file assets/{name} is missing from the installed package ({exc.strerror or exc}). "

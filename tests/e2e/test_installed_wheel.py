@@ -19,11 +19,15 @@ import sys
 import sysconfig
 import urllib.request
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
 from gradio_client import Client
 from processes import free_port, wait_until_served
+
+import explorer
+from explorer.ui.static import ASSET_NAMES
 
 pytestmark = [pytest.mark.real_model, pytest.mark.install]
 
@@ -69,7 +73,13 @@ def clean_env(**extra: str) -> dict:
 
 
 def test_the_installed_command_serves_the_app_and_runs_a_prefill(tmp_path, embedded_cache_dir):
-    bin_folder = fresh_environment(tmp_path / "venv", build_wheel(tmp_path))
+    wheel = build_wheel(tmp_path)
+    assert wheel.name.startswith(f"llm_inference_explorer-{explorer.__version__}-")  # the one version, read
+    dist_info = f"llm_inference_explorer-{explorer.__version__}.dist-info"
+    with zipfile.ZipFile(wheel) as archive:
+        assert "Apache License" in archive.read(f"{dist_info}/licenses/LICENSE").decode()
+        assert {f"explorer/ui/assets/{name}" for name in ASSET_NAMES} <= set(archive.namelist())
+    bin_folder = fresh_environment(tmp_path / "venv", wheel)
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     env = clean_env(EXPLORER_CACHE_DIR=str(embedded_cache_dir), HF_HUB_OFFLINE="1", GRADIO_ANALYTICS_ENABLED="False")
