@@ -6,8 +6,9 @@ import gradio as gr
 import numpy as np
 import pytest
 
+from explorer.config import preset_names
 from explorer.journey import step_label
-from explorer.ui import handlers
+from explorer.ui import handlers, models
 from explorer.ui.hosting import HOSTED, LOCAL, Limits, Served
 from explorer.ui.models import SHAPE_ONLY_PREFIX, ModelRegistry
 
@@ -149,6 +150,16 @@ def test_hosted_limits_refuse_other_models_long_runs_and_too_many_tokens(model):
     visit, *_ = prefill(served)
     with pytest.raises(gr.Error, match="between 1 and 32"):
         list(handlers.on_run_click(visit, 33, *GREEDY, *VIEW))
+
+
+def test_the_hosted_menu_offers_its_allowed_hub_model_and_loads_it_by_that_id(model, monkeypatch, tmp_path):
+    registry = ModelRegistry(model, allowed=HOSTED.allowed_models)
+    assert registry.choices()[:2] == [model.name, "Qwen/Qwen3-0.6B"]
+    assert registry.choices()[2:] == [SHAPE_ONLY_PREFIX + name for name in preset_names()]
+    assert ModelRegistry(model).choices()[1] == SHAPE_ONLY_PREFIX + preset_names()[0]  # locally: not listed
+    asked = []
+    monkeypatch.setattr(models, "load_model", lambda name, device: asked.append((name, device)) or model)
+    assert registry.get("Qwen/Qwen3-0.6B") is model and asked == [("Qwen/Qwen3-0.6B", "cpu")]
 
 
 def test_a_model_not_in_the_menu_is_refused(served):
