@@ -152,7 +152,7 @@ def test_hosted_limits_refuse_other_models_long_runs_and_too_many_tokens(model):
         list(handlers.on_run_click(visit, 33, *GREEDY, *VIEW))
 
 
-def test_the_hosted_menu_offers_its_allowed_hub_model_and_loads_it_by_that_id(model, monkeypatch, tmp_path):
+def test_the_hosted_menu_offers_its_allowed_hub_model_and_loads_it_by_that_id(model, monkeypatch):
     registry = ModelRegistry(model, allowed=HOSTED.allowed_models)
     assert registry.choices()[:2] == [model.name, "Qwen/Qwen3-0.6B"]
     assert registry.choices()[2:] == [SHAPE_ONLY_PREFIX + name for name in preset_names()]
