@@ -3,8 +3,9 @@
 The runner records a trace under these names and the analysis predicts shapes and costs under the
 same names, so the two can be compared stop by stop. Pure Python (no torch).
 
-Names: `tokenize`, `embed` (GPT-2: then `pos_embed` and `embed_add`), `layers.{i}.<stop>` (`stop_name`), `final_norm`, `lm_head`, `sample`,
-`detokenize`. Which stops a layer has comes from its family (`explorer.families`).
+Names: `tokenize`, `embed` (GPT-2: then `pos_embed` and `embed_add`), `layers.{i}.<stop>` (`stop_name`),
+`final_norm`, `lm_head`, `sample`, `detokenize`. Which stops a layer has comes from its family
+(`explorer.families`).
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ def step_costs(spec: ModelSpec, step: Step, options: CostOptions | None = None) 
         options: formats, merged projections, LM head over all positions, fused attention.
 
     Returns:
-        "embed" (GPT-2: then "pos_embed" and "embed_add"), then "layers.{i}.<stop>" for each layer, then "final_norm" and "lm_head".
+        "embed" (GPT-2: then "pos_embed" and "embed_add"), then "layers.{i}.<stop>" for each layer,
+        then "final_norm" and "lm_head".
     """
     options = options or CostOptions()
     costs = [embed_cost(spec, step, options), *position_costs(spec, step, options)]

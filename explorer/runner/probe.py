@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
 import torch
 
 from explorer.analysis.hardware import THIS_MACHINE, Hardware, get_hardware, hardware_from_dict
@@ -203,7 +204,7 @@ def _entry(device: str, plan: ProbePlan, flops: dict[str, float], bandwidths: tu
                  else f"This machine (CPU, {os.cpu_count()} cores, torch)"),
         "memory_bytes": ([float(torch.cuda.get_device_properties(device).total_memory),
                           "torch.cuda.get_device_properties(...).total_memory"] if cuda
-                         else [_memory_bytes(), "os.sysconf(SC_PHYS_PAGES * SC_PAGE_SIZE)"]),
+                         else [float(psutil.virtual_memory().total), "psutil.virtual_memory().total"]),
         "memory_bandwidth_bytes_per_s": [max(copy, memory_gemv), (
             f"{here}: the better of a {plan.copy_bytes // MIB} MiB copy (read + write, {copy / 1e9:.4g} GB/s) "
             f"and a matrix-vector product over a {gemv} matrix ({memory_gemv / 1e9:.4g} GB/s), best of repeats")],
@@ -216,13 +217,6 @@ def _entry(device: str, plan: ProbePlan, flops: dict[str, float], bandwidths: tu
         entry["cache_bandwidth_bytes_per_s"] = [cache_gemv, f"{here}: a matrix-vector product over a "
                                                 f"{plan.cache_gemv_size}^2 matrix, best of repeats"]
     return entry
-
-
-def _memory_bytes() -> float:
-    try:
-        return float(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return 0.0
 
 
 def this_machine(device: str = "cpu", refresh: bool = False) -> Hardware:

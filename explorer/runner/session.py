@@ -147,6 +147,7 @@ class InferenceSession:
         batch: int = 1,
         lm_head_all: bool = False,
         prompts: list[str] | None = None,
+        enable_thinking: bool = False,
     ) -> StepTrace:
         """Run the whole prompt through the model on a fresh cache and choose the first token.
 
@@ -165,6 +166,9 @@ class InferenceSession:
                 longest with the attention mask and position ids `generate` uses, each sequence drawn with
                 its own generator (seed + b) (`explorer.runner.batch`). The run records sequence 0 (its
                 padded ids, logits and sampling); `batch_rows` holds every sequence's ids.
+            enable_thinking: passed to the chat template as `enable_thinking` (Qwen3's switch: off, its
+                template ends the generation prompt with an empty <think></think> block, so the model
+                answers at once; on, it may reason in <think> first). Templates without it ignore it.
 
         Raises:
             PromptError: empty prompt, a lone surrogate in the prompt or system prompt, no tokenizer for
@@ -176,12 +180,13 @@ class InferenceSession:
         """
         self._check_batch(batch)
         start = time.perf_counter()
-        rows = self._tokenize_batch(prompts, use_chat_template, system_prompt) if prompts is not None else None
+        rows = None if prompts is None else self._tokenize_batch(prompts, use_chat_template, system_prompt,
+                                                                 enable_thinking)
         if rows is not None:
             prompt, batch = "\n".join(prompts), rows.size
             ids = rows.prefill_ids()[0]
         else:
-            ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens)
+            ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking)
         tokenize = OpRecord("tokenize", "tokenize", None, [], [[batch, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
         with self._step_lock:
@@ -191,7 +196,7 @@ class InferenceSession:
             self._generator_states = []
             self.run = self._new_run()
             self.run.prompt = PromptInputs(prompt if prompt_tokens is None else None, bool(use_chat_template),
-                                           system_prompt or "", prompt_tokens)
+                                           system_prompt or "", prompt_tokens, bool(enable_thinking))
             self.attention.reset()
             self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
             n_layers = self.loaded.model.config.num_hidden_layers
@@ -337,10 +342,11 @@ class InferenceSession:
             return [""] * self.batch
         return [self.text] if self._batch is None else self._batch.texts(self.loaded.tokenizer)
 
-    def _tokenize_batch(self, prompts: list[str], use_chat_template: bool, system_prompt: str | None) -> Batch:
+    def _tokenize_batch(self, prompts: list[str], use_chat_template: bool, system_prompt: str | None,
+                        enable_thinking: bool) -> Batch:
         if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS:
             raise PromptError(f"A batch takes 1 to {MAX_PROMPTS} prompts, one per line.")
-        rows = [self._encode(text, use_chat_template, system_prompt) for text in prompts]
+        rows = [self._encode(text, use_chat_template, system_prompt, enable_thinking) for text in prompts]
         self._check_length(max(len(row) for row in rows))
         return Batch.start(rows, pad_id(self.loaded), self.settings.seed)
 
@@ -351,9 +357,9 @@ class InferenceSession:
             raise PromptError("A batch of copies runs in shape-only mode (--config); with real weights, give "
                               "one prompt per sequence.")
 
-    def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> list[int]:
+    def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking) -> list[int]:
         if prompt_tokens is None:
-            ids = self._encode(prompt, use_chat_template, system_prompt)
+            ids = self._encode(prompt, use_chat_template, system_prompt, enable_thinking)
             self._check_length(len(ids))
             return ids
         if not self.loaded.shape_only:
@@ -375,7 +381,8 @@ class InferenceSession:
             raise PromptError(f"The prompt is {n_tokens} tokens; here the limit is {self.max_prompt_tokens}. "
                               + self.limit_advice)
 
-    def _encode(self, prompt: str | None, use_chat_template: bool, system_prompt: str | None) -> list[int]:
+    def _encode(self, prompt: str | None, use_chat_template: bool, system_prompt: str | None,
+                enable_thinking: bool) -> list[int]:
         tokenizer = self.loaded.tokenizer
         if tokenizer is None:
             raise PromptError("This model has no tokenizer here: give the prompt as a token count.")
@@ -388,7 +395,8 @@ class InferenceSession:
         if use_chat_template and tokenizer.chat_template:
             messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
             messages.append({"role": "user", "content": prompt})
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                                 enable_thinking=bool(enable_thinking))
             return tokenizer(text, add_special_tokens=False)["input_ids"]
         return tokenizer(prompt)["input_ids"]
 
