@@ -172,8 +172,8 @@ def stop_costs(spec: ModelSpec, trace: StepTrace, layer: int) -> dict[str, OpCos
 @dataclass(frozen=True)
 class Scenario:
     """The roofline view's what-if inputs: each None (or False) keeps the executed step's own value,
-    so an empty scenario is the run as it ran (unmerged projections, eager attention, LM head over
-    the last position, the trace's dtype everywhere).
+    so an empty scenario is the run as it ran (unmerged projections, eager attention, the LM head
+    over the positions it ran on, the trace's dtype everywhere).
 
     Attributes:
         batch: B, sequences run together.
@@ -237,6 +237,8 @@ def scenario_costs(spec: ModelSpec, executed: StepCosts, scenario: Scenario) -> 
         ConfigError: a format the cost model does not know.
     """
     step, options = scenario.applied(executed.step, executed.precision)
+    if executed.options.lm_head_all_positions:  # the run's own choice (--lm-head-all) stays unless changed
+        options = replace(options, lm_head_all_positions=True)
     costs = step_costs(spec, step, options)
     return StepCosts(executed.stage, step, options, totals_by_op(costs), step_total(costs), [], "what-if")
 
