@@ -35,12 +35,13 @@ class Batch:
     """The sequences of a batch and what their forward passes need.
 
     Attributes:
-        rows: each sequence's ids without padding: its prompt, then the tokens chosen for it.
+        rows: each sequence's ids without left padding: its prompt, the tokens chosen for it, then the pad
+            id fed after its end (`sequences` leaves those out).
         prompt_lengths: each prompt's token count.
         pad_id: the id fed at padding and after a sequence's end.
         mask: [B, n] int64 attention mask of the cache after the last step: 0 at padding, else 1.
         generators: one CPU generator per sequence, seeded seed + b.
-        ended: whether each sequence has chosen an EOS token.
+        ends: where each sequence ended: the length of its row up to its EOS token; None while it runs.
     """
 
     rows: list[list[int]]
@@ -48,7 +49,7 @@ class Batch:
     pad_id: int
     mask: torch.Tensor
     generators: list[torch.Generator]
-    ended: list[bool]
+    ends: list[int | None]
 
     @classmethod
     def start(cls, prompts: list[list[int]], pad_id: int, seed: int) -> Batch:
@@ -57,7 +58,16 @@ class Batch:
         mask = torch.tensor([[0] * (longest - len(ids)) + [1] * len(ids) for ids in prompts], dtype=torch.long)
         generators = [torch.Generator().manual_seed(seed + b) for b in range(len(prompts))]
         return cls([list(ids) for ids in prompts], [len(ids) for ids in prompts], pad_id, mask, generators,
-                   [False] * len(prompts))
+                   [None] * len(prompts))
+
+    @property
+    def ended(self) -> bool:
+        """Every sequence has chosen an EOS token."""
+        return all(end is not None for end in self.ends)
+
+    def sequences(self) -> list[list[int]]:
+        """Each sequence's ids: its prompt, then its chosen tokens up to its EOS."""
+        return [row[:end] for row, end in zip(self.rows, self.ends, strict=True)]
 
     @property
     def size(self) -> int:
@@ -90,16 +100,17 @@ class Batch:
         id. Returns sequence 0's record (None once it has ended)."""
         first = None
         for b, row in enumerate(self.rows):
-            if self.ended[b]:
+            if self.ends[b] is not None:
                 row.append(self.pad_id)
                 continue
             record = sample_next_token(logits[b], torch.tensor([row]), settings, self.generators[b])
             row.append(record.token_id)
-            self.ended[b] = record.token_id in eos_ids
+            if record.token_id in eos_ids:
+                self.ends[b] = len(row)
             first = record if b == 0 else first
         return first
 
     def texts(self, tokenizer) -> list[str]:
         """Each sequence's generated text, special tokens left out."""
         return [tokenizer.decode(row[length:], skip_special_tokens=True)
-                for row, length in zip(self.rows, self.prompt_lengths, strict=True)]
+                for row, length in zip(self.sequences(), self.prompt_lengths, strict=True)]

@@ -331,9 +331,9 @@ class InferenceSession:
 
     @property
     def batch_rows(self) -> list[list[int]]:
-        """Each sequence's ids without padding (prompt, then its chosen tokens; the pad id after its end);
-        one row, the run's ids, outside a batch of prompts."""
-        return [list(row) for row in self._batch.rows] if self._batch is not None else [list(self.ids)]
+        """Each sequence's ids without padding: its prompt, then its chosen tokens up to its EOS; one row,
+        the run's ids, outside a batch of prompts."""
+        return self._batch.sequences() if self._batch is not None else [list(self.ids)]
 
     @property
     def batch_texts(self) -> list[str]:
@@ -490,7 +490,7 @@ class InferenceSession:
         return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True).rstrip("\ufffd")
 
     def _finish_reason(self, token_id: int) -> str:
-        ended = all(self._batch.ended) if self._batch is not None else token_id in self.loaded.eos_token_ids
+        ended = self._batch.ended if self._batch is not None else token_id in self.loaded.eos_token_ids
         if not self.loaded.shape_only and ended:
             return "eos"
         if len(self.generated) >= self.settings.max_new_tokens:

@@ -93,7 +93,7 @@ def test_a_bad_batch_of_prompts_is_refused(loaded, prompts):
 
 @pytest.mark.real_model
 def test_the_embedded_models_batch_of_three_equals_each_prompt_alone(embedded_model):
-    prompts = ["Name a colour.", "What is the capital of France?", "Write one word."]
+    prompts = ["Hi.", "What is the capital of France?", "Name a colour."]
     settings = SamplingSettings(max_new_tokens=3)
     session = run_to_end(embedded_model, settings, prompts=prompts)
     assert len({len(row) for row in session.batch_rows}) == 3  # three lengths
