@@ -14,7 +14,6 @@ is removed at start and after each export.
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 import shutil
@@ -27,13 +26,13 @@ from gradio.utils import get_upload_folder
 
 from explorer.errors import ExportError
 from explorer.run import step_to_dict
-from explorer.trace import json_ready
-from explorer.ui.saved import run_head, save_run
+from explorer.saved import run_head, save_run
+from explorer.trace import dumps
 
 EXPORT_FOLDER_NAME = "explorer-exports"  # inside Gradio's cache folder
 SAMPLE_ARRAYS = 64  # arrays whose values are sampled to estimate the text length of a value
 SAMPLE_VALUES = 64  # values sampled per array
-ZERO_BYTES, NULL_BYTES = len("0.0, "), len("null, ")  # an exact 0 (attention above the diagonal), a -inf
+ZERO_BYTES, NULL_BYTES = len("0.0,"), len("null,")  # an exact 0 (attention above the diagonal), a -inf
 LEFTOVER_S = 3600  # an upload's temporary file or an export untouched this long is no longer in use
 
 
@@ -157,7 +156,7 @@ def estimated_bytes(visit, keep_attention: bool = True) -> int:
     if keep_attention:
         values_bytes += _attention_text_bytes(visit)
     bare = step_to_dict(replace(steps[-1], logits=None, sampling=None, attention=[]), None)
-    other_bytes = len(json.dumps(bare)) * len(steps) + len(json.dumps(run_head(run)))
+    other_bytes = len(dumps(bare)) * len(steps) + len(dumps(run_head(run)))
     return round(other_bytes + values_bytes)
 
 
@@ -176,7 +175,7 @@ def _attention_text_bytes(visit) -> float:
     kept = [(index, record) for index, record in records if source.kept(index, record.layer)] or records[-1:]
     newest = [source.probs(index, record.layer) for index, record in kept[-SAMPLE_ARRAYS:]]
     sample = np.concatenate([picked[picked != 0] for picked in _sampled(newest)])
-    value_bytes = len(json.dumps(json_ready(sample))) / max(sample.size, 1)  # "x, " per value
+    value_bytes = len(dumps(sample)) / max(sample.size, 1)  # "x," per value
     return zeros * ZERO_BYTES + (values - zeros) * value_bytes
 
 
@@ -211,5 +210,5 @@ def _values_text_bytes(arrays: list[np.ndarray], blank: float) -> float:
     else:
         blanks, blank_bytes = sum(np.count_nonzero(array == blank) for array in arrays), NULL_BYTES
     sample = np.concatenate([picked[picked != blank] for picked in _sampled(arrays)])
-    value_bytes = len(json.dumps(json_ready(sample))) / max(sample.size, 1)  # "x, " per value
+    value_bytes = len(dumps(sample)) / max(sample.size, 1)  # "x," per value
     return blanks * blank_bytes + (values - blanks) * value_bytes

@@ -24,11 +24,11 @@ from explorer.journey import step_label
 from explorer.run import Run
 from explorer.runner.prompts import check_prompt_chars
 from explorer.runner.session import InferenceSession
+from explorer.saved import load_run
 from explorer.ui.export import export_label, plan_export, write_export
 from explorer.ui.hosting import Limits, Served, client_address
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.plain import markdown_text
-from explorer.ui.saved import load_run
 from explorer.ui.status import status_text, strip_html
 from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.views import Visit, render

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from explorer.errors import SessionStateError
+from explorer.run_schema import MAX_RUN_BYTES
 from explorer.ui.models import ModelRegistry
-from explorer.ui.run_schema import MAX_RUN_BYTES
 
 # Hub models a hosted Space may load besides the start-up model and the shape-only presets.
 HOSTED_MODELS = ("Qwen/Qwen3-0.6B",)

@@ -24,12 +24,13 @@ import pytest
 from gradio_client import Client
 from tiny_models import tiny_model
 
+from explorer import saved
 from explorer.errors import SessionStateError
-from explorer.ui import export, handlers, saved
+from explorer.saved import load_run
+from explorer.ui import export, handlers
 from explorer.ui.hosting import HOSTED, LOCAL, Served
 from explorer.ui.layout import DELETE_CACHE, build_demo, launch_options
 from explorer.ui.models import ModelRegistry
-from explorer.ui.saved import load_run
 
 PROMPT = "Exports must not fill the disk: each click writes a file that must go again."
 SAMPLED = (True, 0.9, 20, 0.95, 0.0, 5, 16)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
@@ -195,19 +196,19 @@ def test_a_full_disk_is_a_clear_message_and_leaves_no_half_written_file(model, f
     visit = run(served)
     real_open = Path.open
 
-    class FullDisk(io.StringIO):
-        """A file on a disk that fills after 1,000 characters (the real file is written up to there)."""
+    class FullDisk(io.BytesIO):
+        """A file on a disk that fills after 1,000 bytes (the real file is written up to there)."""
 
         def __init__(self, path):
             super().__init__()
-            self.file = real_open(path, "w", encoding="utf-8")
+            self.file = real_open(path, "wb")
 
-        def write(self, text):
+        def write(self, data):
             room = 1000 - self.tell()
-            self.file.write(text[:max(room, 0)])
-            if len(text) > room:
+            self.file.write(data[:max(room, 0)])
+            if len(data) > room:
                 raise OSError(errno.ENOSPC, "No space left on device")
-            return super().write(text)
+            return super().write(data)
 
         def close(self):
             self.file.close()

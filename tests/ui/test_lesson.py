@@ -111,7 +111,7 @@ def test_the_lesson_before_a_prefill_says_what_to_do():
 def test_a_saved_run_without_its_attention_still_reads(served, tmp_path):
     import json
 
-    from explorer.ui.saved import run_to_dict
+    from explorer.saved import run_to_dict
 
     live = prefill(served)
     turn(live, None, 0)  # a decode step
