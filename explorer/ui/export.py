@@ -8,7 +8,8 @@ step and in a message before writing; over a hosted app's cap (`Limits.max_expor
 is left out, and a run still over the cap is refused. The file is written into Gradio's cache
 folder, which Gradio serves without copying it (and cleans with `delete_cache`); a page's previous
 export is deleted when it exports again, and its last one when its session ends (`Visit.close`),
-so disk use returns to where it started. What aborted uploads and killed apps leave in that folder
+so disk use returns to where it started. The view on screen exported as HTML (`write_view_html`) is
+kept and deleted the same way. What aborted uploads and killed apps leave in that folder
 is removed at start and after each export.
 """
 
@@ -90,25 +91,45 @@ def write_export(visit, plan: ExportPlan, cache_folder: str | Path | None = None
     Raises:
         ExportError: the disk is full or the folder not writable (nothing is left behind).
     """
+    name = f"explorer-run-step-{len(visit.run.steps) - 1}.json"
+    return _written(visit, "run", name, lambda path: save_run(visit.run, visit.attention, path,
+                                                              plan.attention_left_out), cache_folder)
+
+
+def write_view_html(visit, figure, name: str, cache_folder: str | Path | None = None) -> Path:
+    """Write `figure` as one self-contained HTML page called `name` (plotly.js inlined, about 4.7 MB:
+    it opens with no network, as on a lecture-hall laptop), delete the page's previous one, and return
+    the file (in Gradio's cache folder, as `write_export`).
+
+    Raises:
+        ExportError: the disk is full or the folder not writable (nothing is left behind).
+    """
+    return _written(visit, "view", name, lambda path: figure.write_html(path, include_plotlyjs=True), cache_folder)
+
+
+def _written(visit, kind: str, name: str, write, cache_folder: str | Path | None) -> Path:
+    """`write(path)` into a fresh folder under Gradio's cache folder; the file becomes the visit's
+    export of `kind` ("run" or "view"), its previous one deleted, and what stopped apps left is removed."""
     folder = Path(cache_folder or get_upload_folder()) / EXPORT_FOLDER_NAME / secrets.token_hex(8)
+    path = folder / name
     try:
         folder.mkdir(parents=True)
-        name = f"explorer-run-step-{len(visit.run.steps) - 1}.json"
-        path = save_run(visit.run, visit.attention, folder / name, plan.attention_left_out)
+        write(path)
     except BaseException as exc:
         shutil.rmtree(folder, ignore_errors=True)
         if isinstance(exc, OSError):
-            raise ExportError(f"Cannot write the run to {folder.parent} ({exc.strerror or exc}). Free some disk "
+            raise ExportError(f"Cannot write the {kind} to {folder.parent} ({exc.strerror or exc}). Free some disk "
                               "space there, or make it writable, and export again.") from exc
         raise
-    remove_export(visit.export_path)
-    visit.export_path = path
+    remove_export(visit.exports.pop(kind, None))
+    visit.exports[kind] = path
     remove_leftovers(cache_folder)
     return path
 
 
 def remove_export(path: Path | None) -> None:
-    """Delete an export written by `write_export` and its folder (a file already gone is ignored)."""
+    """Delete an export written by `write_export` or `write_view_html` and its folder (a file already
+    gone is ignored)."""
     if path is not None:
         shutil.rmtree(path.parent, ignore_errors=True)
 

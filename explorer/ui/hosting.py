@@ -163,6 +163,12 @@ class LiveSessions:
                 held.renewed_s = self.clock()
         self._close(self._take_expired())
 
+    def visit(self, session_hash: str) -> Closable | None:
+        """The visit the page holds (the one its `gr.State` holds too), or None."""
+        with self._lock:
+            held = self._visits.get(session_hash)
+        return None if held is None else held.visit
+
     def forget(self, visit: Closable) -> None:
         """Free `visit` wherever it is held (its page's state expired); a visit not held is ignored."""
         with self._lock:
