@@ -397,7 +397,7 @@ def show_download(path: str | None) -> dict:
     if not path:
         return gr.update(visible=False)
     size_bytes = Path(path).stat().st_size
-    return gr.update(visible=True, label=f"Download {Path(path).name} ({size_text(size_bytes)})")
+    return gr.update(visible=True, label=f"⬇ Download {Path(path).name} ({size_text(size_bytes)})")
 
 
 def no_export() -> tuple[dict, dict]:

@@ -148,7 +148,7 @@ def _examples(c: dict) -> None:
     """The ready examples: each fills the prompt and the sampling settings (assets/examples.json)."""
     gr.Examples([[example[field] for field in EXAMPLE_FIELDS] for example in examples()], _named(c, EXAMPLE_FIELDS),
                 label="Ready examples (they fill the prompt and the sampling settings)",
-                example_labels=[example["label"] for example in examples()])
+                example_labels=[example["label"] for example in examples()], api_visibility="private")
 
 
 def _prompt_box(app: ServedHandlers) -> gr.Textbox:

@@ -64,8 +64,8 @@ def test_a_saved_run_opens_with_the_same_figures_and_no_model(explored, tmp_path
 
 
 def test_decode_stops_where_generation_ends_and_sampling_can_change(model):
-    explorer = Explorer(model, SamplingSettings(max_new_tokens=2))
-    explorer.prefill("Two tokens at most")
+    explorer = Explorer(model, SamplingSettings(max_new_tokens=3))
+    explorer.prefill("Three tokens at most")  # the prefill chooses the first
     assert [trace.step_index for trace in explorer.decode(5)] == [1, 2]
     with pytest.raises(SessionStateError):
         explorer.decode()
@@ -89,7 +89,7 @@ def test_a_config_alone_gives_the_shape_only_views():
     explorer = Explorer.load(config="qwen3-0.6b")
     trace = explorer.prefill(prompt_tokens=7)
     assert trace.shape_only and trace.op("layers.0.attn.q_proj").output_shapes == [[1, 7, 2048]]
-    assert "Shape-only" in explorer.figure("attention").layout.title.text
+    assert "Shape-only" in explorer.figure("attention").layout.annotations[0].text
 
 
 @pytest.mark.real_model
@@ -101,5 +101,5 @@ def test_the_readme_example_runs_on_the_embedded_model(embedded_model, embedded_
     names = {}
     exec(compile(readme_python("From Python (a notebook)"), "README.md", "exec"), names)  # noqa: S102
     assert "Paris" in names["ex"].text
-    assert [(meta.view, meta.step) for meta in shown] == [("attention", 1), ("kv_cache", 3), ("forward", 0)]
+    assert [(meta["view"], meta["step"]) for meta in shown] == [("attention", 1), ("kv_cache", 3), ("forward", 0)]
     assert (tmp_path / "attention.html").stat().st_size > 3_000_000 and (tmp_path / "run.json").exists()

@@ -66,9 +66,9 @@ def test_the_readme_example_runs_against_the_app(model, tmp_path, monkeypatch):
         names["client"].close()
         assert len(served.live) == 0  # /reset freed the session
     figure = names["figure"]
-    assert figure.layout.meta.view == "attention" and figure.layout.meta.step == 3
+    assert figure.layout.meta == {"view": "attention", "step": 3}
     page = Path("attention.html").read_text(encoding="utf-8")
     assert "<script src=" not in page and len(page) > 3_000_000  # plotly.js inlined: opens offline
-    assert pio.from_json(figure.to_json()).layout.meta.step == 3
+    assert pio.from_json(figure.to_json()).layout.meta == figure.layout.meta
     saved = Explorer.open(names["run_file"])
     assert len(saved.run.steps) == 4 and saved.text == names["text"]
