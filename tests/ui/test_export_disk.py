@@ -22,6 +22,7 @@ import gradio as gr
 import httpx
 import pytest
 from gradio_client import Client
+from served_app import build_app, wait_until
 from tiny_models import tiny_model
 
 from explorer import saved
@@ -224,3 +225,43 @@ def test_a_full_disk_is_a_clear_message_and_leaves_no_half_written_file(model, f
     assert disk_bytes(*folders) == before_bytes
     assert not [path for path in tmp_path.rglob("*") if path.is_file()]
     assert visit.exports == {}
+
+
+def test_a_closed_client_leaves_no_export_behind(model, folders, monkeypatch):
+    """A page (here a gradio_client, which keeps Gradio's heartbeat as a browser tab does) that exports
+    and closes: its session is freed and its export deleted, with no Reset."""
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.5")
+    demo, served = build_app(model, LOCAL)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options())
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
+        start_bytes = disk_bytes(*folders)
+        client.predict(prompt=PROMPT, use_chat_template=False, custom_model="", api_name="/prefill")
+        exported = Path(client.predict(api_name="/export")["path"])
+        assert exported.exists() and len(served.live) == 1
+        client.close()
+        assert wait_until(lambda: len(served.live) == 0, 30)
+        assert not exported.exists() and disk_bytes(*folders) == start_bytes
+    finally:
+        demo.close()
+
+
+def test_the_view_as_html_is_the_figure_on_screen_opens_offline_and_goes_with_the_page(model, folders):
+    served = Served.create(ModelRegistry(model), LOCAL)
+    visit = run(served)
+    start_bytes = disk_bytes(*folders)
+    attention = Path(handlers.on_view_html_click(visit, 1, 2, True, "h100-sxm", "attention"))
+    page = attention.read_text(encoding="utf-8")
+    assert attention.name == "explorer-attention-step-1.html"
+    assert "<script src=" not in page and len(page) > 3_000_000  # plotly.js inside: no network needed
+    assert '"meta":{"view":"attention","step":1}' in page and "layer 2" in page
+    # the sampling view with other settings on screen is the preview the page shows
+    other = (True, 0.5, 3, 1.0, 0.0, 5, 16)
+    sampling = Path(handlers.on_view_html_click(visit, 2, 0, False, "", "sampling", False, None, None, *other))
+    assert "PREVIEW" in sampling.read_text(encoding="utf-8")
+    assert not attention.exists()  # the page's previous one is deleted
+    visit.close()
+    assert not sampling.exists() and disk_bytes(*folders) == start_bytes
