@@ -380,8 +380,6 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
                         concurrency_id=MODEL_QUEUE, validator=app.validate_model_event,
                         api_visibility="private").success(handlers.show_download, c["html_file"], c["html_file"],
                                                           **shown)
-    # a view's figure for API clients (gradio_client): the page itself draws the view on screen
-    gr.api(app.on_figure_call, api_name="figure", api_description=API["figure"], concurrency_id=MODEL_QUEUE)
     # the button gives the export's size after each step (or a loaded run); cheap, so not queued
     c["status"].change(handlers.on_export_label, c["visit"], c["export_btn"], queue=False, show_progress="hidden",
                        api_visibility="private")
@@ -428,3 +426,5 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     sampling_inputs = [c["visit"], c["step"], *_named(c, SAMPLING_FIELDS), c["presenter"]]
     for name in FILTERS:
         c[name].input(handlers.on_sampling_change, sampling_inputs, c["plots"]["sampling"], api_visibility="private")
+    # any view's figure for API clients (gradio_client), whose pages have no tabs (attention may be recomputed)
+    gr.api(app.on_figure_call, api_name="figure", api_description=API["figure"], concurrency_id=MODEL_QUEUE)
