@@ -13,6 +13,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from explorer import view_data as shared
+from explorer.analysis.hardware import Hardware
 from explorer.config import SamplingSettings
 from explorer.figures.views import ViewData, ViewOptions, draw
 from explorer.run import AttentionSource, Run, SavedAttention
@@ -91,3 +92,12 @@ def render(visit: Visit, options: ViewOptions, view: str, preview: SamplingSetti
     """The figure of one view (one of `explorer.figures.views.VIEWS`); for
     the sampling view, `preview` applies other settings to the step's stored logits."""
     return draw(view, view_data(visit, options, view, preview), options)
+
+
+def roofline_machine(visit: Visit, hardware: str) -> Hardware:
+    """The roofline's machine of the visit's run (`explorer.view_data.roofline_machine`).
+
+    Raises:
+        ConfigError: `hardware` is unknown.
+    """
+    return shared.roofline_machine(visit.run, hardware, visit.saved)
