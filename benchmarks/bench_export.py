@@ -63,7 +63,7 @@ def main() -> None:
                   f"{size_text(plan.estimated_bytes)} in {plan_s * 1e3:.0f} ms (estimate / size = "
                   f"{plan.estimated_bytes / size_bytes:.3f}); attention "
                   f"{'left out' if plan.attention_left_out else 'kept'}")
-            visit.export_path = None  # the next visit shares the session: keep its export apart
+            visit.exports.clear()  # the next visit shares the session: keep its export apart
         _, bare_s = timed(estimated_bytes, visit, False)
         print(f"estimate without attention alone: {bare_s * 1e3:.0f} ms")
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")

@@ -23,7 +23,7 @@ import numpy as np
 from explorer.analysis.measured import StepCosts, trace_costs
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import ConfigError, SessionStateError
-from explorer.trace import StepTrace, json_ready
+from explorer.trace import StepTrace
 
 UNKNOWN_PIECE = "?"  # the piece of a token id the run does not name
 
@@ -214,11 +214,12 @@ class SavedAttention:
 
 
 def step_to_dict(step: StepTrace, attention: AttentionSource | None) -> dict:
-    """`step.to_dict()` with each attention record's "probs": the matrix from `attention`, or null
-    where there is no source or it has none (shape-only mode, a saved run without it)."""
+    """`step.to_dict()` with each attention record's "probs": the matrix from `attention` ([h_q, q_len,
+    kv_len] float32, a numpy array for `explorer.trace.dumps`), or None (null) where there is no source
+    or it has none (shape-only mode, a saved run without it)."""
     data = step.to_dict()
     for record in data["attention"]:
         index, layer = step.step_index, record["layer"]
         has = attention is not None and attention.has(index, layer)
-        record["probs"] = json_ready(attention.probs(index, layer)) if has else None
+        record["probs"] = attention.probs(index, layer) if has else None
     return data

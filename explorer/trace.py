@@ -3,8 +3,8 @@
 A `StepTrace` holds what one forward pass (the prefill, or one decode step) computed: every stop
 with its shapes and wall time, the KV cache after the step, the shape of each layer's attention, the
 last-position logits and how the next token was chosen. It is frozen once made (a `explorer.run.Run`
-holds the steps in order), and it round-trips through JSON (`to_dict` / `from_dict`), so a trace can
-be saved, shared and drawn without the model. The attention probabilities themselves come from an
+holds the steps in order), and it round-trips through JSON (`to_dict`, written by `dumps` / `from_dict`),
+so a trace can be saved, shared and drawn without the model. The attention probabilities themselves come from an
 `explorer.run.AttentionSource`, which holds them within one memory budget.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
+import orjson
 
 Shape = list[int]
 
@@ -169,14 +170,14 @@ class StepTrace:
         raise KeyError(name)
 
     def to_dict(self) -> dict:
-        """A dict that strict JSON can hold: numpy arrays become nested lists, and the -inf of a
-        filtered-out token becomes null (`from_dict` turns it back into -inf)."""
+        """A dict that `dumps` writes as strict JSON: the float32 arrays (logits, sampling stages) kept
+        as numpy arrays, which it writes as nested lists with the -inf of a filtered-out token as null
+        (`from_dict` turns it back into -inf)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["input_ids"], data["input_pieces"] = list(self.input_ids), list(self.input_pieces)
         for name in ("ops", "kv", "attention"):  # records of ints, strings and lists of ints: no array in them
             data[name] = [_record_dict(record) for record in data[name]]
-        data["logits"] = json_ready(self.logits)
-        data["sampling"] = None if self.sampling is None else json_ready(asdict(self.sampling))
+        data["sampling"] = None if self.sampling is None else asdict(self.sampling)
         return data
 
     @classmethod
@@ -221,21 +222,20 @@ def float32_array(value) -> np.ndarray | None:
     return array.astype(np.float32)
 
 
-def json_ready(value):
-    """`value` (dicts, lists, numpy arrays and scalars) as plain Python that strict JSON can hold:
-    float32 arrays as nested lists of their shortest float32 text, -inf and NaN as null."""
-    if isinstance(value, np.ndarray):
-        if value.dtype == np.float32:
-            # each value as its shortest float32 text ("0.1", not 0.10000000149011612): it reads back to
-            # the same float32, in about half the JSON
-            value = value.astype(str).astype(np.float64)
-        if np.isfinite(value).all():
-            return value.tolist()
-        return np.where(np.isfinite(value), value, None).tolist()
-    if isinstance(value, dict):
-        return {k: json_ready(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_ready(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+def dumps(value) -> bytes:
+    """`value` (dicts, lists, numpy arrays and scalars) as strict JSON, UTF-8, written by orjson:
+    each float32 as its shortest text ("0.1", not 0.10000000149011612), which reads back to the same
+    float32 bit for bit; -inf, inf and NaN as null; a whole-number key as text (as `json.dumps` writes it); no
+    spaces.
+
+    Raises:
+        TypeError: a value JSON cannot hold (orjson.JSONEncodeError is a TypeError).
+    """
+    return orjson.dumps(value, default=_contiguous, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
+
+
+def _contiguous(value):
+    """orjson writes only C-contiguous arrays: a view (a slice, a transpose) is copied first."""
+    if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+        return np.ascontiguousarray(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")

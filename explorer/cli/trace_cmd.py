@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from explorer.config import SamplingSettings
 from explorer.errors import ExplorerError, PromptError
 from explorer.journey import journey_header, journey_rows, shape_text, step_label, timing_note
 from explorer.run import AttentionSource, step_to_dict
-from explorer.trace import StepTrace
+from explorer.trace import StepTrace, dumps
 
 DEFAULT_STEPS = 3
 
@@ -130,7 +129,7 @@ def _check_layer(layer: int, n_layers: int) -> None:
 def _write_json(path: Path, traces: list[StepTrace], attention: AttentionSource) -> None:
     """Every step's whole trace, each attention record with its probabilities."""
     try:
-        path.write_text(json.dumps([step_to_dict(trace, attention) for trace in traces]))
+        path.write_bytes(dumps([step_to_dict(trace, attention) for trace in traces]))
     except OSError as exc:
         raise ExplorerError(f"Cannot write the trace to {path}: {exc.strerror}.") from exc
     print(f"\nwrote {len(traces)} step traces to {path} ({path.stat().st_size / 1e6:.1f} MB)")

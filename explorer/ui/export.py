@@ -1,20 +1,22 @@
 """Exporting a page's run as JSON: its size told before it is written, bounded in a hosted app, and
 its file deleted again.
 
-Attention dominates an export: a 533-token prefill of SmolLM2 keeps 26 M probabilities, most of the
-264 MB (252 MiB) of JSON that take about 40 s to write here (benchmarks/bench_export.py). So the
+Attention dominates an export: a 533-token prefill of SmolLM2 and 3 decode steps hold 77 M
+probabilities, most of the 662 MiB of JSON, written by orjson in about 15 s here
+(benchmarks/bench_export.py; the hand-written writer it replaced wrote 12.8 M such values 58 times
+slower, the same text less its spaces). So the
 size is estimated first (`plan_export`, in about 0.1 s) and shown on the export button after every
 step and in a message before writing; over a hosted app's cap (`Limits.max_export_bytes`) attention
 is left out, and a run still over the cap is refused. The file is written into Gradio's cache
 folder, which Gradio serves without copying it (and cleans with `delete_cache`); a page's previous
 export is deleted when it exports again, and its last one when its session ends (`Visit.close`),
-so disk use returns to where it started. What aborted uploads and killed apps leave in that folder
+so disk use returns to where it started. The view on screen exported as HTML (`write_view_html`) is
+kept and deleted the same way. What aborted uploads and killed apps leave in that folder
 is removed at start and after each export.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 import shutil
@@ -27,13 +29,13 @@ from gradio.utils import get_upload_folder
 
 from explorer.errors import ExportError
 from explorer.run import step_to_dict
-from explorer.trace import json_ready
-from explorer.ui.saved import run_head, save_run
+from explorer.saved import run_head, save_run
+from explorer.trace import dumps
 
 EXPORT_FOLDER_NAME = "explorer-exports"  # inside Gradio's cache folder
 SAMPLE_ARRAYS = 64  # arrays whose values are sampled to estimate the text length of a value
 SAMPLE_VALUES = 64  # values sampled per array
-ZERO_BYTES, NULL_BYTES = len("0.0, "), len("null, ")  # an exact 0 (attention above the diagonal), a -inf
+ZERO_BYTES, NULL_BYTES = len("0.0,"), len("null,")  # an exact 0 (attention above the diagonal), a -inf
 LEFTOVER_S = 3600  # an upload's temporary file or an export untouched this long is no longer in use
 
 
@@ -91,25 +93,45 @@ def write_export(visit, plan: ExportPlan, cache_folder: str | Path | None = None
     Raises:
         ExportError: the disk is full or the folder not writable (nothing is left behind).
     """
+    name = f"explorer-run-step-{len(visit.run.steps) - 1}.json"
+    return _written(visit, "run", name, lambda path: save_run(visit.run, visit.attention, path,
+                                                              plan.attention_left_out), cache_folder)
+
+
+def write_view_html(visit, figure, name: str, cache_folder: str | Path | None = None) -> Path:
+    """Write `figure` as one self-contained HTML page called `name` (plotly.js inlined, about 4.7 MB:
+    it opens with no network, as on a lecture-hall laptop), delete the page's previous one, and return
+    the file (in Gradio's cache folder, as `write_export`).
+
+    Raises:
+        ExportError: the disk is full or the folder not writable (nothing is left behind).
+    """
+    return _written(visit, "view", name, lambda path: figure.write_html(path, include_plotlyjs=True), cache_folder)
+
+
+def _written(visit, kind: str, name: str, write, cache_folder: str | Path | None) -> Path:
+    """`write(path)` into a fresh folder under Gradio's cache folder; the file becomes the visit's
+    export of `kind` ("run" or "view"), its previous one deleted, and what stopped apps left is removed."""
     folder = Path(cache_folder or get_upload_folder()) / EXPORT_FOLDER_NAME / secrets.token_hex(8)
+    path = folder / name
     try:
         folder.mkdir(parents=True)
-        name = f"explorer-run-step-{len(visit.run.steps) - 1}.json"
-        path = save_run(visit.run, visit.attention, folder / name, plan.attention_left_out)
+        write(path)
     except BaseException as exc:
         shutil.rmtree(folder, ignore_errors=True)
         if isinstance(exc, OSError):
-            raise ExportError(f"Cannot write the run to {folder.parent} ({exc.strerror or exc}). Free some disk "
+            raise ExportError(f"Cannot write the {kind} to {folder.parent} ({exc.strerror or exc}). Free some disk "
                               "space there, or make it writable, and export again.") from exc
         raise
-    remove_export(visit.export_path)
-    visit.export_path = path
+    remove_export(visit.exports.pop(kind, None))
+    visit.exports[kind] = path
     remove_leftovers(cache_folder)
     return path
 
 
 def remove_export(path: Path | None) -> None:
-    """Delete an export written by `write_export` and its folder (a file already gone is ignored)."""
+    """Delete an export written by `write_export` or `write_view_html` and its folder (a file already
+    gone is ignored)."""
     if path is not None:
         shutil.rmtree(path.parent, ignore_errors=True)
 
@@ -157,7 +179,7 @@ def estimated_bytes(visit, keep_attention: bool = True) -> int:
     if keep_attention:
         values_bytes += _attention_text_bytes(visit)
     bare = step_to_dict(replace(steps[-1], logits=None, sampling=None, attention=[]), None)
-    other_bytes = len(json.dumps(bare)) * len(steps) + len(json.dumps(run_head(run)))
+    other_bytes = len(dumps(bare)) * len(steps) + len(dumps(run_head(run)))
     return round(other_bytes + values_bytes)
 
 
@@ -176,7 +198,7 @@ def _attention_text_bytes(visit) -> float:
     kept = [(index, record) for index, record in records if source.kept(index, record.layer)] or records[-1:]
     newest = [source.probs(index, record.layer) for index, record in kept[-SAMPLE_ARRAYS:]]
     sample = np.concatenate([picked[picked != 0] for picked in _sampled(newest)])
-    value_bytes = len(json.dumps(json_ready(sample))) / max(sample.size, 1)  # "x, " per value
+    value_bytes = len(dumps(sample)) / max(sample.size, 1)  # "x," per value
     return zeros * ZERO_BYTES + (values - zeros) * value_bytes
 
 
@@ -211,5 +233,5 @@ def _values_text_bytes(arrays: list[np.ndarray], blank: float) -> float:
     else:
         blanks, blank_bytes = sum(np.count_nonzero(array == blank) for array in arrays), NULL_BYTES
     sample = np.concatenate([picked[picked != blank] for picked in _sampled(arrays)])
-    value_bytes = len(json.dumps(json_ready(sample))) / max(sample.size, 1)  # "x, " per value
+    value_bytes = len(dumps(sample)) / max(sample.size, 1)  # "x," per value
     return blanks * blank_bytes + (values - blanks) * value_bytes

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+from dataclasses import replace
+from pathlib import Path
 
 import gradio as gr
 
@@ -24,14 +26,15 @@ from explorer.journey import step_label
 from explorer.run import Run
 from explorer.runner.prompts import check_prompt_chars
 from explorer.runner.session import InferenceSession
-from explorer.ui.export import export_label, plan_export, write_export
+from explorer.saved import load_run
+from explorer.ui.export import export_label, plan_export, size_text, write_export, write_view_html
 from explorer.ui.hosting import Limits, Served, client_address
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.plain import markdown_text
-from explorer.ui.saved import load_run
 from explorer.ui.status import status_text, strip_html
 from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.views import Visit, render
+from explorer.view_data import own_hardware
 
 # The handlers' inputs by component name (`explorer.ui.layout` wires them by these names), in order.
 PROMPT_INPUTS = ("model_choice", "custom_model", "prompt", "prompt_tokens", "use_chat_template", "system_prompt",
@@ -85,21 +88,32 @@ class ServedHandlers:
         self.served = served
 
     @shows_errors
-    def on_prefill_click(self, request: gr.Request | None, progress: gr.Progress | None = gr.Progress(), *inputs):
-        """Start a new session on the chosen model: run the prefill of the prompt (or, for a shape-only
-        model without a tokenizer, of a count of placeholder tokens), its progress shown layer by layer.
+    def on_prefill_click(self, request: gr.Request | None, progress: gr.Progress | None = gr.Progress(),
+                         model: str | None = None, custom_model: str | None = None, prompt: str | None = None,
+                         prompt_tokens: float | None = None, use_chat_template: bool = True,
+                         system_prompt: str | None = None, enable_thinking: bool = False,
+                         batch_lines: bool = False, lm_head_all: bool = False,
+                         do_sample: bool = False, temperature: float = 1.0, top_k: float = 0, top_p: float = 1.0,
+                         min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64, layer: float = 0, average_heads: bool = False,
+                         hardware: str = "", shown: str = "forward", presenter: bool = False,
+                         zoom: str | None = None, what_if: Scenario | None = None):
+        """Start a new run: the prefill of `prompt` on `model`, its progress shown layer by layer.
 
         Args:
-            inputs: model choice, custom model, prompt, prompt tokens, chat template on, system prompt,
-                thinking on, a batch (one prompt per line: sequence 0 is the one shown), the LM head over
-                every position, then the sampling and view controls.
+            model: a model menu entry; custom_model: a hub id or local folder instead (if not empty).
+            prompt: the text; prompt_tokens: a token count instead (shape-only models without a tokenizer).
+            use_chat_template: wrap the prompt in the model's chat template, with `system_prompt`.
+            enable_thinking: the chat template's thinking switch (Qwen3's `enable_thinking`).
+            batch_lines: a batch, one prompt per line of `prompt` (up to 8, left-padded; the run and the
+                views show sequence 0).
+            lm_head_all: the LM head over every position ([B, T, V] logits) instead of the last one.
+            do_sample, temperature, top_k, top_p, min_p, seed, max_new_tokens: the sampling settings.
+            layer, average_heads, hardware, presenter, zoom: the view controls (`step_outputs`).
 
-        Returns the step outputs."""
-        (model_choice, custom_model, prompt, prompt_tokens, use_chat_template, system_prompt, thinking, batch_lines,
-         lm_head_all, *controls) = inputs
-        sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
+        Returns the step outputs (`step_outputs`)."""
+        sampling = (do_sample, temperature, top_k, top_p, min_p, seed, max_new_tokens)
         settings = allowed_settings(settings_from(*sampling), self.served.limits)
-        loaded = self.served.registry.get(model_choice, custom_model)
+        loaded = self.served.registry.get(model, custom_model)
         session = InferenceSession(loaded, settings, max_prompt_tokens=self.served.limits.max_prompt_tokens,
                                    limit_advice=self.served.limit_advice())
         self.served.live.check_room(_page(request), client_address(request))
@@ -112,10 +126,40 @@ class ServedHandlers:
             prompts = prompt_lines(prompt) if batch_lines else None
             session.prefill(None if prompts else prompt, use_chat_template=use_chat_template,
                             system_prompt=(system_prompt or "").strip() or None, on_layer=on_layer,
-                            enable_thinking=bool(thinking), lm_head_all=bool(lm_head_all), prompts=prompts)
+                            enable_thinking=bool(enable_thinking), lm_head_all=bool(lm_head_all), prompts=prompts)
         visit = Visit.start(session, self.served.limits)
         self.served.live.admit(_page(request), visit, client_address(request))  # refused if the page closed
-        return step_outputs(visit, *view_controls)
+        return step_outputs(visit, layer, average_heads, hardware, shown, presenter, zoom, what_if)
+
+    @shows_errors
+    def on_figure_call(self, view: str = "forward", step: int | None = None, layer: int = 0,
+                       average_heads: bool = False, hardware: str | None = None, zoom: int | None = None,
+                       presenter: bool = False, request: gr.Request | None = None) -> str:
+        """One view's figure of this client's run, as Plotly JSON (`plotly.io.from_json`), drawn as the
+        app draws it.
+
+        Args:
+            view: forward, journey, attention, kv_cache, sampling or roofline.
+            step: 0 for the prefill, k for the k-th decode step; None: the latest.
+            layer: the decoder layer (forward, journey, attention).
+            average_heads: attention: the mean over query heads.
+            hardware: the roofline's machine (e.g. h100-sxm, this-machine); None: the one the run ran on.
+            zoom: attention: the first token of a 48-token window drawn at full resolution; None: all.
+            presenter: larger text, for a projector.
+
+        Returns the figure as JSON text.
+        """
+        if view not in VIEWS:
+            raise ConfigError(f"Unknown view {view!r}: pick one of {', '.join(VIEWS)}.")
+        page = _page(request)
+        self.served.live.renew(page)
+        visit = self.served.live.visit(page)
+        if not _open(visit):
+            raise SessionStateError("Nothing to draw yet: call /prefill first (with this client).")
+        options = _options(visit, step, layer, average_heads, hardware or "", presenter, zoom)
+        if not hardware:
+            options = replace(options, hardware=own_hardware(visit.run.step(options.step).device, visit.saved))
+        return render(visit, options, view).to_json()
 
     def on_model_select(self, choice: str) -> tuple:
         """The prompt controls for a menu entry: a text prompt with the chat-template controls, or, for a
@@ -215,18 +259,30 @@ class ServedHandlers:
 
 
 @shows_errors
-def on_decode_click(visit: Visit | None, *controls):
-    """Run one decode step of the person's session (`_decode_from`). Returns the step outputs."""
+def on_decode_click(visit: Visit | None, do_sample: bool = False, temperature: float = 1.0, top_k: float = 0,
+                    top_p: float = 1.0, min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64,
+                    layer: float = 0, average_heads: bool = False, hardware: str = "", shown: str = "forward",
+                    presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
+    """Run one decode step of this page's run (`_decode_from`), with the sampling settings from this
+    step on (see /prefill for the parameters). Returns the step outputs."""
+    controls = (do_sample, temperature, top_k, top_p, min_p, seed, max_new_tokens, layer, average_heads, hardware,
+                shown, presenter, zoom, what_if)
     return tuple(_decode_from(visit, 1, controls))[-1]
 
 
 @shows_errors
-def on_run_click(visit: Visit | None, count: float | None, *controls):
-    """Run up to `count` decode steps, redrawing after each; stops early where generation ends."""
+def on_run_click(visit: Visit | None, count: float | None, do_sample: bool = False, temperature: float = 1.0,
+                 top_k: float = 0, top_p: float = 1.0, min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64,
+                 layer: float = 0, average_heads: bool = False, hardware: str = "", shown: str = "forward",
+                 presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
+    """Run up to `count` decode steps, redrawing after each; stops early where generation ends (see
+    /prefill for the other parameters). Yields the step outputs after each step."""
     _session(visit)
     most = visit.limits.max_run_tokens
     if count is None or not 1 <= count <= most:
         raise SessionStateError(f"Run between 1 and {most} tokens at a time.")
+    controls = (do_sample, temperature, top_k, top_p, min_p, seed, max_new_tokens, layer, average_heads, hardware,
+                shown, presenter, zoom, what_if)
     yield from _decode_from(visit, int(count), controls)
 
 
@@ -314,10 +370,11 @@ def _ended_outputs(visit: Visit) -> tuple:
 
 @shows_errors
 def on_export_click(visit: Visit | None) -> str:
-    """Save the page's run as JSON and return its path (to download): its estimated size (and whether
-    attention is left out, over a hosted app's cap) said in a message before it is written, the file
-    in Gradio's cache folder (served without a copy), the page's previous export deleted
-    (`explorer.ui.export`)."""
+    """Save this page's run as JSON (every step's trace and attention matrix; `explorer.saved`), to
+    download: its estimated size (and whether attention is left out, over a hosted app's cap) said in
+    a message before it is written, the file in Gradio's cache folder (served without a copy), the
+    page's previous export deleted (`explorer.ui.export`). Returns the file's path (the download
+    button then shows it: `show_download`)."""
     if visit is None:
         raise SessionStateError("Nothing to export yet: run the prefill first.")
     plan = plan_export(visit)
@@ -326,10 +383,37 @@ def on_export_click(visit: Visit | None) -> str:
     return str(write_export(visit, plan))
 
 
-def no_export() -> None:
-    """The download box emptied: a new prefill or Reset freed the session whose export it offered
-    (and deleted the file)."""
-    return None
+@shows_errors
+def on_view_html_click(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
+                       shown: str, presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None,
+                       *sampling) -> str:
+    """The view on screen as one HTML page that opens offline (for slides): the figure drawn as on
+    screen (the sampling view's preview too, `sampling` being the seven sampling controls), plotly.js
+    inlined; the page's previous one deleted (`explorer.ui.export.write_view_html`). Returns the file's
+    path (the download button then shows it: `show_download`)."""
+    if not _open(visit):
+        raise SessionStateError("Nothing to export yet: run the prefill first.")
+    options = _options(visit, step, layer, average_heads, hardware, presenter, zoom, what_if)
+    try:
+        preview = settings_from(*sampling) if shown == "sampling" else None
+    except SamplingSettingsError:
+        preview = None  # the screen shows no preview for settings it cannot read either
+    figure = render(visit, options, shown, preview)
+    return str(write_view_html(visit, figure, f"explorer-{shown}-step-{options.step}.html"))
+
+
+def show_download(path: str | None) -> dict:
+    """A download button once its file is written: shown, named after the file with its size."""
+    if not path:
+        return gr.update(visible=False)
+    size_bytes = Path(path).stat().st_size
+    return gr.update(visible=True, label=f"⬇ Download {Path(path).name} ({size_text(size_bytes)})")
+
+
+def no_export() -> tuple[dict, dict]:
+    """The download buttons hidden: a new prefill or Reset freed the session whose exports they
+    offered (and deleted the files)."""
+    return gr.update(value=None, visible=False), gr.update(value=None, visible=False)
 
 
 def on_export_label(visit: Visit | None):

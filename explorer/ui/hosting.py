@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from explorer.errors import SessionStateError
+from explorer.run_schema import MAX_RUN_BYTES
 from explorer.ui.models import ModelRegistry
-from explorer.ui.run_schema import MAX_RUN_BYTES
 
 # Hub models a hosted Space may load besides the start-up model and the shape-only presets.
 HOSTED_MODELS = ("Qwen/Qwen3-0.6B",)
@@ -162,6 +162,12 @@ class LiveSessions:
             if held is not None:
                 held.renewed_s = self.clock()
         self._close(self._take_expired())
+
+    def visit(self, session_hash: str) -> Closable | None:
+        """The visit the page holds (the one its `gr.State` holds too), or None."""
+        with self._lock:
+            held = self._visits.get(session_hash)
+        return None if held is None else held.visit
 
     def forget(self, visit: Closable) -> None:
         """Free `visit` wherever it is held (its page's state expired); a visit not held is ignored."""

@@ -22,6 +22,7 @@ from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.loading import LoadedModel
 from explorer.runner.prompts import max_prompt_chars
 from explorer.ui import handlers, lesson
+from explorer.ui.api import API
 from explorer.ui.export import remove_leftovers, size_text
 from explorer.ui.handlers import PROMPT_INPUTS, SAMPLING_FIELDS, VIEW_INPUTS, WHAT_IF_FIELDS, ServedHandlers
 from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
@@ -118,9 +119,9 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
                     c["lesson_btn"] = gr.Button("Lesson", elem_id="lesson-btn", min_width=90)
         # the status line quotes a saved run's description and token text (escaped, explorer.ui.plain): no
         # LaTeX, whose $$ delimiters KaTeX would find again in the rendered text
-        c["status"] = gr.Markdown(elem_id="status", latex_delimiters=[])
+        c["status"] = gr.Markdown(elem_id="status", latex_delimiters=[], label="Status line (Markdown)")
         c |= _questions()
-        c["strip"] = gr.HTML(elem_id="token-strip")
+        c["strip"] = gr.HTML(elem_id="token-strip", label="Token strip (HTML)")
         with gr.Row(elem_id="step-row"):
             c["step"] = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True, scale=1,
                                     min_width=160)
@@ -146,7 +147,7 @@ def _examples(c: dict) -> None:
     """The ready examples: each fills the prompt and the sampling settings (assets/examples.json)."""
     gr.Examples([[example[field] for field in EXAMPLE_FIELDS] for example in examples()], _named(c, EXAMPLE_FIELDS),
                 label="Ready examples (they fill the prompt and the sampling settings)",
-                example_labels=[example["label"] for example in examples()])
+                example_labels=[example["label"] for example in examples()], api_visibility="private")
 
 
 def _prompt_box(app: ServedHandlers) -> gr.Textbox:
@@ -195,15 +196,19 @@ def _view_settings(loaded: LoadedModel) -> dict[str, gr.components.Component]:
 
 
 def _lecture_tools(c: dict, limits: Limits) -> None:
-    """Share a link, save the view as SVG, export and load runs (in an accordion, `lecture-tools`)."""
+    """Share a link, save the view as SVG or HTML, export and load runs (in an accordion, `lecture-tools`)."""
     with gr.Accordion("Share a link, export the run, load a saved run", open=False, elem_id="lecture-tools"):
         c["share_btn"] = gr.Button("Share link", elem_id="share-btn", size="sm")
         c["share_box"] = gr.Textbox(show_label=False, placeholder="a link to this prompt, model and settings",
                                     elem_id="share-link", buttons=["copy"])
         c["svg_btn"] = gr.Button("Save the view on screen as SVG", elem_id="svg-btn", size="sm")
         gr.Markdown("PNG: the camera button above each figure.")
+        # each export is written on the server, then offered by its download button (hidden until then)
+        c["html_btn"] = gr.Button("Export the view on screen as HTML (opens offline, for slides)", elem_id="html-btn",
+                                  size="sm")
+        c["html_file"] = gr.DownloadButton("Download the view", elem_id="html-file", size="sm", visible=False)
         c["export_btn"] = gr.Button("Export run (JSON)", elem_id="export-btn", size="sm")
-        c["export_file"] = gr.File(label="Exported run", elem_id="export-file", interactive=False, height=120)
+        c["export_file"] = gr.DownloadButton("Download the run", elem_id="export-file", size="sm", visible=False)
         c["import_file"] = gr.File(label="Load a saved run (no model needed)", file_types=[".json"],
                                    elem_id="import-file", type="filepath", height=120)
         if limits.max_export_bytes is not None:
@@ -270,6 +275,7 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot]]:
             with gr.Tab(VIEW_TITLES[view], id=view, elem_id=f"tab-{view}") as tabs[view]:
                 full_screen = gr.Button("Full screen", size="sm")
                 plots[view] = gr.Plot(empty_figure(view, handlers.EMPTY_VIEW), show_label=False,
+                                      label=f"{VIEW_TITLES[view]} (Plotly figure; drawn for the view on screen)",
                                       elem_id=PLOT_IDS[view], buttons=[full_screen])
                 full_screen.click(None, js="() => window.explorerFullscreen()")
     return container, tabs, plots
@@ -331,20 +337,21 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
                  "validator": app.validate_model_event}
     outputs, views, sampling = _step_outputs(c), _named(c, VIEW_INPUTS), _named(c, SAMPLING_FIELDS)
     run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *sampling, *views],
-                             outputs, api_name="run", trigger_mode="always_last", **model_run)
+                             outputs, api_name="run", api_description=API["run"], trigger_mode="always_last",
+                             **model_run)
     # a new prefill or a reset stops a run of N tokens after the step in flight (the steps taken are kept); a
     # cancel of its own, as an event that waits in the model queue behind the run would cancel nothing
     for button in (c["prefill_btn"], c["reset_yes"]):
         button.click(None, cancels=[run])
     # the prefill's progress also shows where its figure will appear (the empty view before the first one)
     prefill = c["prefill_btn"].click(app.on_prefill_click, [*_named(c, PROMPT_INPUTS), *sampling, *views], outputs,
-                                     api_name="prefill", trigger_mode="always_last",
+                                     api_name="prefill", api_description=API["prefill"], trigger_mode="always_last",
                                      **model_run | {"validator": app.validate_prefill,
                                                     "show_progress_on": [c["status"], *_plots(c)]})
     prefill.success(handlers.model_info, c["visit"], c["model_choice"], api_visibility="private", show_progress="hidden")
     # every click on Next token is one step, run in order, even while the previous one runs
     c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *sampling, *views], outputs,
-                          api_name="decode", trigger_mode="multiple", **model_run)
+                          api_name="decode", api_description=API["decode"], trigger_mode="multiple", **model_run)
     for button, handler in ((c["branch_btn"], handlers.on_branch_click), (c["latest_btn"], handlers.on_latest_click)):
         button.click(handler, [c["visit"], *sampling, *views], outputs, api_visibility="private", **model_run)
     # Reset asks first (nothing runs until it is confirmed); R on the keyboard presses Reset
@@ -352,29 +359,40 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
                          api_visibility="private", show_progress="hidden")
     c["reset_no"].click(lambda: gr.update(visible=False), None, c["confirm_reset"], queue=False,
                         api_visibility="private", show_progress="hidden")
-    reset = c["reset_yes"].click(app.on_reset_click, None, outputs, api_name="reset")
-    # the session an export came from is gone (its file deleted): the download box empties with it
+    reset = c["reset_yes"].click(app.on_reset_click, None, outputs, api_name="reset", api_description=API["reset"])
+    # the session the exports came from is gone (their files deleted): the download buttons go with it
     for event in (prefill, reset):
-        event.success(handlers.no_export, None, c["export_file"], queue=False, api_visibility="private",
-                      show_progress="hidden")
+        event.success(handlers.no_export, None, _named(c, ("export_file", "html_file")), queue=False,
+                      api_visibility="private", show_progress="hidden")
 
 
 def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
     """Share links, export and import of runs, and freeing a closed page's session."""
     link_controls = _named(c, LINK_FIELDS)
-    c["share_btn"].click(handlers.on_share_click, link_controls, c["share_box"]).then(
+    c["share_btn"].click(handlers.on_share_click, link_controls, c["share_box"], api_visibility="private").then(
         None, c["share_box"], c["share_box"], js="(query) => window.location.origin + window.location.pathname + query")
     demo.load(app.on_page_load, None, link_controls, api_visibility="private")
     demo.unload(app.on_page_close)
     c["lease"].tick(app.on_lease_tick, None, None, queue=False, show_progress="hidden", api_visibility="private")
     c["svg_btn"].click(None, js=SAVE_SVG_JS)
-    c["export_btn"].click(handlers.on_export_click, c["visit"], c["export_file"], api_name="export")
+    # each export is written, then its download button shows it with the file's name and size
+    shown = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
+    c["export_btn"].click(handlers.on_export_click, c["visit"], c["export_file"], api_name="export",
+                          api_description=API["export"]).success(handlers.show_download, c["export_file"],
+                                                                 c["export_file"], **shown)
+    # the view drawn again may recompute attention: the model queue
+    c["html_btn"].click(handlers.on_view_html_click, [*_named(c, ("visit", "step", "layer", "average", "hardware",
+                                                                  "shown", "presenter", "zoom", "what_if")),
+                                                      *_named(c, SAMPLING_FIELDS)], c["html_file"],
+                        concurrency_id=MODEL_QUEUE, validator=app.validate_model_event,
+                        api_visibility="private").success(handlers.show_download, c["html_file"], c["html_file"],
+                                                          **shown)
     # the button gives the export's size after each step (or a loaded run); cheap, so not queued
     c["status"].change(handlers.on_export_label, c["visit"], c["export_btn"], queue=False, show_progress="hidden",
                        api_visibility="private")
     c["import_file"].upload(app.on_import_upload, [c["import_file"], *_named(c, VIEW_INPUTS)],
                             [*_step_outputs(c), *_named(c, handlers.RESTORED_INPUTS)], concurrency_id=MODEL_QUEUE,
-                            validator=app.validate_model_event)
+                            validator=app.validate_model_event, api_visibility="private")
 
 
 def _wire_lesson(c: dict, app: ServedHandlers) -> None:
@@ -395,7 +413,7 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     plots = _plots(c)
     view_inputs = _named(c, ("visit", "step", "layer", "average", "hardware"))
     change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"], c["what_if"]]
-    model_queue = {"concurrency_id": MODEL_QUEUE, "validator": app.validate_model_event}
+    model_queue = {"concurrency_id": MODEL_QUEUE, "validator": app.validate_model_event, "api_visibility": "private"}
     redraw = {**model_queue, "show_progress": "minimal"}
     c["step"].input(handlers.on_step_change, change_inputs, [*_named(c, ("status", "strip", "text", "offer")), *plots],
                     **redraw)
@@ -406,12 +424,14 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
         c["tabs"][view].select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"], c["what_if"]],
                                [c["shown"], c["plots"][view]], **model_queue)
     c["hardware"].input(handlers.on_hardware_change, _named(c, ("visit", "step", "hardware", "presenter", "what_if")),
-                        c["plots"]["roofline"])
+                        c["plots"]["roofline"], api_visibility="private")
     # a what-if redraws the roofline from the cost model alone: no model run, so not in the model queue
     what_if_inputs = [*_named(c, ("visit", "step", "hardware", "presenter")), *_named(c, WHAT_IF_FIELDS)]
     for name in WHAT_IF_FIELDS:
         c[name].change(handlers.on_what_if_change, what_if_inputs, [c["what_if"], c["plots"]["roofline"]],
-                       show_progress="hidden")
+                       show_progress="hidden", api_visibility="private")
     sampling_inputs = [c["visit"], c["step"], *_named(c, SAMPLING_FIELDS), c["presenter"]]
     for name in FILTERS:
-        c[name].input(handlers.on_sampling_change, sampling_inputs, c["plots"]["sampling"])
+        c[name].input(handlers.on_sampling_change, sampling_inputs, c["plots"]["sampling"], api_visibility="private")
+    # any view's figure for API clients (gradio_client), whose pages have no tabs (attention may be recomputed)
+    gr.api(app.on_figure_call, api_name="figure", api_description=API["figure"], concurrency_id=MODEL_QUEUE)

@@ -21,8 +21,8 @@ from tiny_models import tiny_model
 
 from explorer.config import SamplingSettings
 from explorer.runner.session import InferenceSession
+from explorer.saved import save_run
 from explorer.ui.hosting import LOCAL
-from explorer.ui.saved import save_run
 
 TIMEOUT_MS = 30_000
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"

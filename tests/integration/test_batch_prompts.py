@@ -102,8 +102,8 @@ def test_the_embedded_models_batch_of_three_equals_each_prompt_alone(embedded_mo
 
 
 def test_a_batch_run_saves_and_loads_back(batch, tmp_path):
-    from explorer.ui.run_schema import check_run
-    from explorer.ui.saved import run_from_dict, run_to_dict
+    from explorer.run_schema import check_run
+    from explorer.saved import run_from_dict, run_to_dict
 
     data = json.loads(json.dumps(run_to_dict(batch.run, batch.attention)))  # as the file holds it
     check_run(data)

@@ -17,9 +17,9 @@ from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.families import traced_family
 from explorer.runner.session import InferenceSession
+from explorer.saved import run_from_dict, run_to_dict
 from explorer.stops import stop_table
-from explorer.trace import StepTrace
-from explorer.ui.saved import run_from_dict, run_to_dict
+from explorer.trace import StepTrace, dumps
 
 FAMILIES = ["llama", "qwen3", "qwen2", "mistral", "phi3", "gemma3_text"]
 D, HQ, HKV, DH, DFF, V = (DIMS[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads",
@@ -266,8 +266,8 @@ def test_sessions_stepping_in_parallel_threads_match_sessions_run_alone(loaded):
 def test_a_sampled_trace_is_strict_json_and_filtered_tokens_come_back_as_minus_inf(loaded):
     session = InferenceSession(loaded, SamplingSettings(do_sample=True, top_k=5))
     trace = session.prefill(PROMPT)
-    text = json.dumps(trace.to_dict(), allow_nan=False)
-    restored = StepTrace.from_dict(json.loads(text))
+    text = dumps(trace.to_dict()).decode()
+    restored = StepTrace.from_dict(json.loads(text, parse_constant=lambda name: pytest.fail(f"{name} in strict JSON")))
     assert restored.sampling.final.kept.sum() == 5
     np.testing.assert_array_equal(restored.sampling.final.logits, trace.sampling.final.logits)
     np.testing.assert_allclose(restored.sampling.final.probs, trace.sampling.final.probs)
@@ -276,15 +276,15 @@ def test_a_sampled_trace_is_strict_json_and_filtered_tokens_come_back_as_minus_i
 def test_trace_round_trips_through_json(steps):
     session, traces = steps
     trace = traces[1]
-    plain = trace.to_dict()
-    restored = StepTrace.from_dict(json.loads(json.dumps(plain)))
+    plain = json.loads(dumps(trace.to_dict()))
+    restored = StepTrace.from_dict(plain)
     digits = [repr(x).lstrip("-").split("e")[0].replace(".", "").strip("0") for x in plain["logits"]]
     assert max(map(len, digits)) <= 9  # each float32 as its shortest text, not its float64 expansion
     assert [op.name for op in restored.ops] == [op.name for op in trace.ops]
     assert restored.op("layers.1.attn.scores") == trace.op("layers.1.attn.scores")
     np.testing.assert_array_equal(restored.logits, trace.logits)
     assert restored.attention == trace.attention
-    _, saved = run_from_dict(json.loads(json.dumps(run_to_dict(session.run, session.attention))))
+    _, saved = run_from_dict(json.loads(dumps(run_to_dict(session.run, session.attention))))
     np.testing.assert_array_equal(saved.probs(1, 2), session.attention.probs(1, 2))
     assert restored.sampling.token_id == trace.sampling.token_id
 

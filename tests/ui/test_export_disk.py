@@ -22,14 +22,16 @@ import gradio as gr
 import httpx
 import pytest
 from gradio_client import Client
+from served_app import build_app, wait_until
 from tiny_models import tiny_model
 
+from explorer import saved
 from explorer.errors import SessionStateError
-from explorer.ui import export, handlers, saved
+from explorer.saved import load_run
+from explorer.ui import export, handlers
 from explorer.ui.hosting import HOSTED, LOCAL, Served
 from explorer.ui.layout import DELETE_CACHE, build_demo, launch_options
 from explorer.ui.models import ModelRegistry
-from explorer.ui.saved import load_run
 
 PROMPT = "Exports must not fill the disk: each click writes a file that must go again."
 SAMPLED = (True, 0.9, 20, 0.95, 0.0, 5, 16)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
@@ -84,16 +86,13 @@ def test_ten_exports_through_the_app_leave_the_disk_where_it_started(model, fold
     client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
     try:
         start_bytes = disk_bytes(*folders)
-        prefill = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/prefill"]
-        values = {"Prompt": PROMPT, "Use the chat template": False, "Or any causal LM: hub id or local folder": ""}
-        client.predict(*[values.get(p["label"], p["parameter_default"]) for p in prefill["parameters"]],
-                       api_name="/prefill")
+        client.predict(prompt=PROMPT, use_chat_template=False, custom_model="", api_name="/prefill")
         sizes = []
         for _ in range(EXPORTS):
             served = client.predict(api_name="/export")
-            sizes.append(served["size"])
+            sizes.append(Path(served["path"]).stat().st_size)
             # the file Gradio serves is the one written: no second copy, no temp file left behind
-            assert disk_bytes(*folders) - start_bytes == served["size"]
+            assert disk_bytes(*folders) - start_bytes == sizes[-1] > 0
         print(f"\n{EXPORTS} exports of {sizes[0]} bytes: {disk_bytes(*folders) - start_bytes} bytes held after them")
         client.predict(api_name="/reset")
         assert disk_bytes(*folders) == start_bytes
@@ -195,19 +194,19 @@ def test_a_full_disk_is_a_clear_message_and_leaves_no_half_written_file(model, f
     visit = run(served)
     real_open = Path.open
 
-    class FullDisk(io.StringIO):
-        """A file on a disk that fills after 1,000 characters (the real file is written up to there)."""
+    class FullDisk(io.BytesIO):
+        """A file on a disk that fills after 1,000 bytes (the real file is written up to there)."""
 
         def __init__(self, path):
             super().__init__()
-            self.file = real_open(path, "w", encoding="utf-8")
+            self.file = real_open(path, "wb")
 
-        def write(self, text):
+        def write(self, data):
             room = 1000 - self.tell()
-            self.file.write(text[:max(room, 0)])
-            if len(text) > room:
+            self.file.write(data[:max(room, 0)])
+            if len(data) > room:
                 raise OSError(errno.ENOSPC, "No space left on device")
-            return super().write(text)
+            return super().write(data)
 
         def close(self):
             self.file.close()
@@ -225,4 +224,44 @@ def test_a_full_disk_is_a_clear_message_and_leaves_no_half_written_file(model, f
             handlers.on_export_click(visit)
     assert disk_bytes(*folders) == before_bytes
     assert not [path for path in tmp_path.rglob("*") if path.is_file()]
-    assert visit.export_path is None
+    assert visit.exports == {}
+
+
+def test_a_closed_client_leaves_no_export_behind(model, folders, monkeypatch):
+    """A page (here a gradio_client, which keeps Gradio's heartbeat as a browser tab does) that exports
+    and closes: its session is freed and its export deleted, with no Reset."""
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.5")
+    demo, served = build_app(model, LOCAL)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options())
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
+        start_bytes = disk_bytes(*folders)
+        client.predict(prompt=PROMPT, use_chat_template=False, custom_model="", api_name="/prefill")
+        exported = Path(client.predict(api_name="/export")["path"])
+        assert exported.exists() and len(served.live) == 1
+        client.close()
+        assert wait_until(lambda: len(served.live) == 0, 30)
+        assert not exported.exists() and disk_bytes(*folders) == start_bytes
+    finally:
+        demo.close()
+
+
+def test_the_view_as_html_is_the_figure_on_screen_opens_offline_and_goes_with_the_page(model, folders):
+    served = Served.create(ModelRegistry(model), LOCAL)
+    visit = run(served)
+    start_bytes = disk_bytes(*folders)
+    attention = Path(handlers.on_view_html_click(visit, 1, 2, True, "h100-sxm", "attention"))
+    page = attention.read_text(encoding="utf-8")
+    assert attention.name == "explorer-attention-step-1.html"
+    assert "<script src=" not in page and len(page) > 3_000_000  # plotly.js inside: no network needed
+    assert '"meta":{"view":"attention","step":1}' in page and "layer 2" in page
+    # the sampling view with other settings on screen is the preview the page shows
+    other = (True, 0.5, 3, 1.0, 0.0, 5, 16)
+    sampling = Path(handlers.on_view_html_click(visit, 2, 0, False, "", "sampling", False, None, None, *other))
+    assert "PREVIEW" in sampling.read_text(encoding="utf-8")
+    assert not attention.exists()  # the page's previous one is deleted
+    visit.close()
+    assert not sampling.exists() and disk_bytes(*folders) == start_bytes

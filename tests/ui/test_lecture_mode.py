@@ -14,11 +14,11 @@ from tiny_models import tiny_model
 from explorer.config import SamplingSettings
 from explorer.figures.views import VIEWS, ViewOptions
 from explorer.runner.session import InferenceSession
+from explorer.saved import FORMAT, load_run, save_run
 from explorer.ui import handlers
 from explorer.ui.hosting import LOCAL, Served
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.models import ModelRegistry
-from explorer.ui.saved import FORMAT, load_run, save_run
 from explorer.ui.views import Visit, render
 
 SAMPLED = (True, 0.9, 20, 0.95, 0.0, 5, 16)

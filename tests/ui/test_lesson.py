@@ -109,16 +109,15 @@ def test_the_lesson_before_a_prefill_says_what_to_do():
 
 
 def test_a_saved_run_without_its_attention_still_reads(served, tmp_path):
-    import json
-
-    from explorer.ui.saved import run_to_dict
+    from explorer.saved import run_to_dict
+    from explorer.trace import dumps
 
     live = prefill(served)
     turn(live, None, 0)  # a decode step
     data = run_to_dict(live.run, None)  # every matrix saved as null
     data["attention_left_out"] = "left out for the test"
     path = tmp_path / "run.json"
-    path.write_text(json.dumps(data))
+    path.write_bytes(dumps(data))
     saved = handlers.ServedHandlers(served).on_import_upload(None, str(path), 0, False, "h100-sxm", "forward")[0]
     steps, state = turn(saved, 4, 1)
     assert state["lesson_page"] == 5 and "no attention values to show" in state["lesson_text"]

@@ -13,15 +13,16 @@ from html.parser import HTMLParser
 import gradio as gr
 import pytest
 
+from explorer import run_schema
 from explorer.analysis.records import OpCost
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError
 from explorer.figures.roofline import measured_trace
 from explorer.figures.views import VIEWS, ViewOptions
 from explorer.runner.session import InferenceSession
-from explorer.ui import handlers, run_schema
+from explorer.saved import load_run, save_run
+from explorer.ui import handlers
 from explorer.ui.hosting import LOCAL
-from explorer.ui.saved import load_run, save_run
 from explorer.ui.status import status_text
 from explorer.ui.tokens import token_strip_html
 from explorer.ui.views import Visit, render

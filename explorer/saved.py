@@ -11,14 +11,13 @@ hosted app's size cap) saves every matrix as null and says why under "attention_
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 
 from explorer.errors import ConfigError, ExportError
 from explorer.run import AttentionSource, PromptInputs, Run, SavedAttention, step_to_dict
-from explorer.trace import StepTrace, float32_array
-from explorer.ui.run_schema import check_run, read_run
+from explorer.run_schema import check_run, read_run
+from explorer.trace import StepTrace, dumps, float32_array
 
 FORMAT = "llm-inference-explorer/run-v1"
 
@@ -38,8 +37,9 @@ def run_head(run: Run) -> dict:
 
 
 def save_run(run: Run, attention: AttentionSource, path: Path, attention_left_out: str | None = None) -> Path:
-    """Write the run to `path` as JSON (strict: no NaN or infinities; `run_to_dict`'s text) and
-    return the path; with `attention_left_out` (why), every matrix is saved as null.
+    """Write the run to `path` as JSON (strict: no NaN or infinities; `run_to_dict`'s content, written
+    by `explorer.trace.dumps`: each float32 as its shortest text) and return the path; with
+    `attention_left_out` (why), every matrix is saved as null.
 
     The JSON is written one trace at a time (one trace's text in memory, not the run's) into a hidden
     file beside `path`, renamed to `path` once complete: a full disk leaves no half-written run.
@@ -50,15 +50,14 @@ def save_run(run: Run, attention: AttentionSource, path: Path, attention_left_ou
     """
     partial = path.with_name(f".{path.name}.partial")
     head = run_head(run) if attention_left_out is None else {**run_head(run), "attention_left_out": attention_left_out}
-    head = json.dumps(head, allow_nan=False)
     source = attention if attention_left_out is None else None
     try:
-        with partial.open("w", encoding="utf-8") as file:
-            file.write(head[:-1] + ', "traces": [')
+        with partial.open("wb") as file:
+            file.write(dumps(head)[:-1] + b',"traces":[')
             for index, step in enumerate(run.steps):
-                text = json.dumps(step_to_dict(step, source), allow_nan=False)
-                file.write(f", {text}" if index else text)
-            file.write("]}")
+                file.write(b"," if index else b"")
+                file.write(dumps(step_to_dict(step, source)))
+            file.write(b"]}")
         os.replace(partial, path)
     except OSError as exc:
         partial.unlink(missing_ok=True)
@@ -72,7 +71,7 @@ def run_from_dict(data: dict) -> tuple[Run, SavedAttention]:
 
     Args:
         data: a dict in `FORMAT` (see `run_to_dict`), untrusted: every field is checked against the
-            saved-run schema (`explorer.ui.run_schema.check_run`) before any is used.
+            saved-run schema (`explorer.run_schema.check_run`) before any is used.
 
     Raises:
         ConfigError: not a saved run of this format, or a field that breaks the schema (the message

@@ -1,0 +1,95 @@
+"""What each view needs, fetched from a run, then drawn by the pure `explorer.figures.views` functions:
+the one place both front ends (the app's handlers and the notebook `Explorer`) get a view's figure.
+
+Only what the view asked for is fetched: the shown layer's attention at each step (a matrix a long
+session did not keep within its memory budget is recomputed from its kept queries and KV cache),
+the steps' costs (computed once per step), the roofline's machine (the device the model runs on
+is probed on its first use, here, not while drawing: "this-machine", or the measured roofs drawn
+beside its datasheet entry), and a sampling preview (sampling re-run on stored logits; the model is
+not run).
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from explorer.analysis.hardware import THIS_MACHINE, Hardware
+from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
+from explorer.config import SamplingSettings
+from explorer.figures.sampling import same_sampling
+from explorer.figures.views import ViewData, ViewOptions, draw
+from explorer.run import AttentionSource, Run
+from explorer.runner.devices import roofline_hardware_key
+from explorer.runner.probe import resolve_hardware, this_machine
+from explorer.runner.sampling import resample
+
+
+def view_data(run: Run, attention: AttentionSource, options: ViewOptions, view: str,
+              preview: SamplingSettings | None = None, saved: bool = False) -> ViewData:
+    """What `view` needs to be drawn at `options`, fetched from the run, its attention source, the
+    probe and the sampler; `saved`: the run was read back from a file (no model, maybe another machine).
+
+    Raises:
+        SessionStateError: a saved run holds no attention for the shown layer and steps.
+        ConfigError: the roofline's machine is unknown.
+    """
+    shown = run.step(options.step)
+    if view == "forward" and run.spec is not None:
+        steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
+        return ViewData(run, stop_costs=tuple(stop_costs(run.spec, run.step(step), options.layer) for step in steps))
+    if view == "attention" and not shown.shape_only:
+        blocks = tuple(attention.probs(step, options.layer) for step in range(shown.step_index + 1))
+        return ViewData(run, attention=blocks)
+    if view == "roofline" and run.spec is not None:
+        steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
+        executed = tuple(run.costs(step) for step in steps)
+        scenario = options.what_if
+        measured = _measured_on(shown.device, options.hardware, saved)
+        # a datasheet entry of the GPU the steps run on: its roofs as measured here beside them
+        measured_roofs = this_machine(shown.device) if measured and options.hardware != THIS_MACHINE else None
+        costs = tuple(scenario_costs(run.spec, own, scenario) for own in executed) if scenario.active else executed
+        return ViewData(run, costs=costs, executed=executed if scenario.active else (),
+                        sweeps=sweeps(run.spec, executed[-1], scenario, run.config.get("max_position_embeddings") or 4096),
+                        hardware=roofline_machine(run, options.hardware, saved),
+                        measured=measured, measured_roofs=measured_roofs)
+    if view == "sampling" and preview is not None and shown.logits is not None and shown.sampling is not None \
+            and not same_sampling(preview.to_dict(), shown.sampling.settings):
+        # only settings that choose otherwise are a preview; the step's own are its record, not a re-draw
+        context = run.ids[: shown.context_length]
+        return ViewData(run, preview=resample(shown.logits, context, preview, preview.seed))
+    return ViewData(run)
+
+
+def render(run: Run, attention: AttentionSource, options: ViewOptions, view: str,
+           preview: SamplingSettings | None = None, saved: bool = False) -> go.Figure:
+    """The figure of one view (one of `explorer.figures.views.VIEWS`) at `options` (`view_data`, then
+    `draw`); for the sampling view, `preview` applies other settings to the step's stored logits."""
+    return draw(view, view_data(run, attention, options, view, preview, saved), options)
+
+
+def roofline_machine(run: Run, hardware: str, saved: bool = False) -> Hardware:
+    """The roofline's machine: a catalogue entry or file, or "this-machine", the measured roofs of the
+    device the run's model runs on (of the CPU for a saved run: its device is not this one).
+
+    Raises:
+        ConfigError: `hardware` is unknown.
+    """
+    return resolve_hardware(hardware, "cpu" if saved else run.latest.device)
+
+
+def own_hardware(device: str, saved: bool = False) -> str:
+    """The roofline machine a view shows unless another is chosen: the one a step on `device` ran on
+    ("this-machine", or a GPU's catalogue entry); for a saved run, "this-machine" (the GPU it ran on,
+    if any, cannot be named here)."""
+    return THIS_MACHINE if saved else roofline_hardware_key(device)
+
+
+def _measured_on(device: str, hardware: str, saved: bool) -> bool:
+    """Whether the step's measured points belong on `hardware`'s roofline: it is the machine the step
+    ran on. A saved run's GPU cannot be named here (this machine may have none, or another), so its
+    measured points show only for a CPU or MPS run on "this-machine"."""
+    if device == "meta":
+        return False
+    if saved:
+        return not device.startswith("cuda") and hardware == THIS_MACHINE
+    return hardware == roofline_hardware_key(device)
