@@ -6,8 +6,6 @@ the embedded model."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from tiny_models import tiny_model
@@ -102,11 +100,9 @@ def test_the_embedded_models_batch_of_three_equals_each_prompt_alone(embedded_mo
 
 
 def test_a_batch_run_saves_and_loads_back(batch, tmp_path):
-    from explorer.run_schema import check_run
-    from explorer.saved import run_from_dict, run_to_dict
+    from explorer.saved import load_run, save_run
 
-    data = json.loads(json.dumps(run_to_dict(batch.run, batch.attention)))  # as the file holds it
-    check_run(data)
-    loaded, _ = run_from_dict(data)
+    loaded, _ = load_run(save_run(batch.run, batch.attention, tmp_path / "batch.json"))  # the schema checks it
     assert [step.op("embed").input_shapes for step in loaded.steps] == [
         step.op("embed").input_shapes for step in batch.run.steps]
+    assert loaded.steps[0].op("embed").input_shapes == [[3, len(PROMPTS[2])]]
