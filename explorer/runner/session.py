@@ -25,6 +25,7 @@ from explorer.runner.attention_store import LiveAttention
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
+from explorer.runner.lens import capture_residuals, lens_positions, lens_record
 from explorer.runner.loading import LoadedModel
 from explorer.runner.prompts import check_prompt_chars, check_unicode
 from explorer.runner.sampling import sample_next_token
@@ -345,13 +346,20 @@ class InferenceSession:
         recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self.attention.store.keeper(),
                                 on_layer=on_layer)
         input_ids = torch.tensor([new_ids], device=self.loaded.device)
-        with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
+        lens_width = 0 if self.loaded.shape_only else lens_positions(len(new_ids), model.config.num_hidden_layers)
+        with model_lock(model), torch.inference_mode(), capture_residuals(model, lens_width) as residuals, \
+                tracing(model, self._cache, recorder):
             start = time.perf_counter()
             output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=1)
             recorder.finish()  # on CUDA the step's one synchronise, so wall_ms covers the GPU's work
             wall_ms = (time.perf_counter() - start) * 1e3
         kv, context_length = self._kv_snapshots(), self._cache.get_seq_length()
         sampling, token_text, finish_reason = self._choose(output.logits[0, -1], extra)
+        lens = None
+        if lens_width:
+            with torch.inference_mode():  # after the draw: each column's next token is known
+                lens = lens_record(model, residuals, output.logits[0, -1], self.ids[-lens_width:],
+                                   context_length - lens_width)
         trace = StepTrace(
             stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
             context_length=context_length,
@@ -359,7 +367,7 @@ class InferenceSession:
             kv=kv, attention=[AttentionRecord(i, shape) for i, shape in sorted(recorder.attention_shapes.items())],
             logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
             sampling=sampling, token_text=token_text, finished=bool(finish_reason), finish_reason=finish_reason,
-            wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only,
+            wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only, lens=lens,
         )
         self.attention.store.add(recorder.attention, recorder.attention_inputs)
         self.run.append(trace, self._named_pieces(trace), self._text())
