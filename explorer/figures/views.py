@@ -1,4 +1,4 @@
-"""The six views, each a pure function of one shape: `fig_<view>(data, options) -> go.Figure`.
+"""The seven views, each a pure function of one shape: `fig_<view>(data, options) -> go.Figure`.
 
 `ViewData` is everything a view draws: the `Run`, plus what the handler fetched for the view on
 screen before drawing (the shown layer's attention blocks, the steps' costs, the roofline's machine,
@@ -20,13 +20,14 @@ from explorer.figures.attention import attention_figure, stack_attention
 from explorer.figures.forward import forward_figure
 from explorer.figures.journey import journey_figure
 from explorer.figures.kv_cache import kv_cache_figure
+from explorer.figures.lens import LensColumns, lens_figure
 from explorer.figures.roofline import roofline_figure
 from explorer.figures.sampling import same_sampling, sampling_figure
 from explorer.figures.theme import empty_figure, presenter_style
 from explorer.run import Run
 from explorer.trace import SamplingRecord
 
-VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline")
+VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline", "lens")
 # The attention window drawn at full resolution: 48^2 cells x 32 heads (Qwen3-8B) stay under ~400 KB.
 ZOOM_TOKENS = 48
 NO_VALUES = "Shape-only mode: the model has no weights, so there are no {} to show (shapes and costs only)."
@@ -45,6 +46,7 @@ class ViewOptions:
         zoom: first token of a `ZOOM_TOKENS`-token window of the attention matrix drawn at full
             resolution; None draws the whole matrix (pooled when it is long).
         what_if: the roofline's what-if (batch, context, formats, engine choices); empty: the run's own.
+        lens_stat: what colours the logit lens's cells (`explorer.figures.lens.LENS_STATS`).
     """
 
     step: int
@@ -54,6 +56,7 @@ class ViewOptions:
     presenter: bool = False
     zoom: int | None = None
     what_if: Scenario = Scenario()
+    lens_stat: str = "top1"
 
 
 @dataclass(frozen=True)
@@ -150,8 +153,22 @@ def fig_roofline(data: ViewData, options: ViewOptions) -> go.Figure:
                            changes=options.what_if.changes(), sweeps=data.sweeps)
 
 
+def fig_lens(data: ViewData, options: ViewOptions) -> go.Figure:
+    """Every layer's prediction at each position up to the shown step (the prefill's positions, then one
+    per decode step), from the steps' stored lens."""
+    trace = data.run.step(options.step)
+    if trace.shape_only:
+        return empty_figure("lens", NO_VALUES.format("logits"))
+    records = [step.lens for step in data.run.steps[: trace.step_index + 1]]
+    if any(record is None for record in records):
+        return empty_figure("lens", "This run was saved without its logit lens.")
+    columns = LensColumns.join(records)
+    return lens_figure(columns, data.run.pieces_until(trace.step_index), data.run.piece, options.lens_stat,
+                       trace.step_index, records[0].positions[0])
+
+
 FIGURES = {"forward": fig_forward, "journey": fig_journey, "attention": fig_attention, "kv_cache": fig_kv_cache,
-           "sampling": fig_sampling, "roofline": fig_roofline}
+           "sampling": fig_sampling, "roofline": fig_roofline, "lens": fig_lens}
 
 
 def draw(view: str, data: ViewData, options: ViewOptions) -> go.Figure:

@@ -19,6 +19,7 @@ from explorer.analysis.precision import DTYPE_BITS
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, ExplorerError, PromptError, SamplingSettingsError, SessionStateError
 from explorer.figures.theme import empty_figure, plain_label
+from explorer.figures.lens import LENS_STATS
 from explorer.figures.views import VIEWS, ViewOptions
 from explorer.journey import step_label
 from explorer.run import Run
@@ -388,6 +389,15 @@ def on_hardware_change(visit: Visit | None, step: int | None, hardware: str, pre
 
 
 @shows_errors
+def on_lens_stat_change(visit: Visit | None, stat: str, step: int | None, presenter: bool = False):
+    """Colour the logit lens by another statistic (`LENS_STATS`), kept for the visit's later redraws."""
+    if not _open(visit) or stat not in LENS_STATS:
+        return gr.skip()
+    visit.lens_stat = stat
+    return render(visit, _options(visit, step, 0, False, "", presenter), "lens")
+
+
+@shows_errors
 def on_what_if_change(visit: Visit | None, step: int | None, hardware: str, presenter: bool, *values):
     """Redraw the roofline for the what-if controls' `values` (`WHAT_IF_FIELDS` order; an empty box
     or "as run" keeps the step's own value); the model is not run. Returns (the scenario, for the
@@ -437,7 +447,7 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
     n_layers = len(traces[0].kv)
     layer = _index(layer, 0, n_layers - 1)
     options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom),
-                          what_if or Scenario())
+                          what_if or Scenario(), visit.lens_stat)
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
     return (visit, status_text(visit, latest), strip_html(visit, latest), visit.run.text, steps,
             gr.update(maximum=n_layers - 1, value=layer), _hidden() if latest == 0 else _close_question(visit),
@@ -541,7 +551,8 @@ def _options(visit: Visit, step: int | None, layer: int, average_heads: bool, ha
     step = _index(step, latest, latest)
     layer = _index(layer, 0, len(visit.run.steps[0].kv) - 1)
     scenario = what_if if isinstance(what_if, Scenario) else Scenario()
-    return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom), scenario)
+    return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom), scenario,
+                       visit.lens_stat)
 
 
 def _zoom(value: str | float | None) -> int | None:

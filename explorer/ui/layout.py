@@ -18,6 +18,7 @@ from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.config import SamplingSettings
 from explorer.figures.theme import empty_figure
+from explorer.figures.lens import LENS_STATS
 from explorer.figures.views import VIEWS, ZOOM_TOKENS
 from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.loading import LoadedModel
@@ -40,11 +41,11 @@ DELETE_CACHE = (600, SESSION_TTL_S)
 # The app starts in sampling mode so the sampling view has filters to show; the seed makes it repeatable.
 APP_SAMPLING = SamplingSettings(do_sample=True, temperature=0.8, top_k=50, top_p=0.9, min_p=0.0)
 VIEW_TITLES = {"forward": "Forward pass", "journey": "Journey", "attention": "Attention", "kv_cache": "KV cache",
-               "sampling": "Sampling", "roofline": "Roofline"}
+               "sampling": "Sampling", "roofline": "Roofline", "lens": "Logit lens"}
 PLOT_IDS = {"forward": "forward-plot", "journey": "journey-plot", "attention": "attention-plot",
-            "kv_cache": "kv-plot", "sampling": "sampling-plot", "roofline": "roofline-plot"}
+            "kv_cache": "kv-plot", "sampling": "sampling-plot", "roofline": "roofline-plot", "lens": "lens-plot"}
 SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · **R** reset (R again: yes) · "
-             "**1-6** switch views · **F** full screen · **S** these settings · **L** the lesson (its pages: "
+             "**1-7** switch views · **F** full screen · **S** these settings · **L** the lesson (its pages: "
              "← →, PageUp, PageDown)")
 TITLE = ("**LLM Inference Explorer** · a prompt, its **prefill**, then one **decode** step at a time · "
          "**Lesson** (key **L**): a tour of your run · "
@@ -184,8 +185,10 @@ def _view_settings(loaded: LoadedModel) -> dict[str, gr.components.Component]:
                           placeholder="empty: the whole matrix", elem_id="attention-zoom")
         machine = THIS_MACHINE if loaded.shape_only else roofline_hardware_key(loaded.device)
         hardware = gr.Dropdown(hardware_names(), value=machine, label="Roofline hardware", elem_id="hardware-select")
+        lens_stat = gr.Radio([(label, key) for key, (label, _) in LENS_STATS.items()], value="top1",
+                             label="Logit lens: colour by", elem_id="lens-stat")
         presenter = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
-    return {"average": average, "zoom": zoom, "hardware": hardware, "presenter": presenter}
+    return {"average": average, "zoom": zoom, "hardware": hardware, "lens_stat": lens_stat, "presenter": presenter}
 
 
 def _lecture_tools(c: dict, limits: Limits) -> None:
@@ -398,6 +401,8 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     for view in VIEWS:
         c["tabs"][view].select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"], c["what_if"]],
                                [c["shown"], c["plots"][view]], **model_queue)
+    c["lens_stat"].input(handlers.on_lens_stat_change, _named(c, ("visit", "lens_stat", "step", "presenter")),
+                         c["plots"]["lens"], show_progress="hidden")
     c["hardware"].input(handlers.on_hardware_change, _named(c, ("visit", "step", "hardware", "presenter", "what_if")),
                         c["plots"]["roofline"])
     # a what-if redraws the roofline from the cost model alone: no model run, so not in the model queue

@@ -46,6 +46,7 @@ class Visit:
         viewing: the earlier step the person chose in the step menu; None while the latest is shown.
         pending: (the earlier step shown, the decode steps asked for) while the page asks whether to
             continue from that step or from the latest one; None otherwise.
+        lens_stat: what colours the logit lens (the view settings' choice, kept for every redraw).
     """
 
     run: Run
@@ -55,6 +56,7 @@ class Visit:
     export_path: Path | None = field(default=None, init=False, repr=False)
     viewing: int | None = field(default=None, init=False)
     pending: tuple[int, int] | None = field(default=None, init=False)
+    lens_stat: str = field(default="top1", init=False)
 
     @classmethod
     def start(cls, session: InferenceSession, limits: Limits) -> Visit:

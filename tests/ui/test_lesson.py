@@ -17,7 +17,7 @@ from explorer.ui.models import SHAPE_ONLY_PREFIX
 SAMPLED = (True, 0.9, 5, 0.8, 0.0, 4, 8)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
 CONTROLS = (*SAMPLED, False, "h100-sxm", False, "")  # then heads averaged, hardware, presenter, zoom
 STEP_OUTPUTS = handlers.STEP_OUTPUTS
-VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline")
+VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline", "lens")
 
 
 def prefill(served, choice=None):
