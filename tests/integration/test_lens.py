@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from explorer.cli import main
+from explorer.cli.lens_cmd import lens_lines
 from explorer.config import SamplingSettings
 from explorer.runner.lens import LENS_TOP, lens_positions, read_out
 from explorer.runner.session import InferenceSession
@@ -110,3 +112,23 @@ def test_the_embedded_model_names_paris_in_its_last_layer(embedded_model):
     assert torch.equal(torch.from_numpy(lens.top_probs[-1, -1]), probs.topk(LENS_TOP).values)
     assert lens.top_ids.shape == (31, len(trace.input_ids), LENS_TOP)
     assert lens.top_ids[0, -1, 0] == trace.input_ids[-1]  # the tied embedding reads back its own token
+
+
+def test_the_cli_prints_every_row_at_the_last_position_and_the_first_layer_with_the_chosen_token():
+    session = _session("llama")
+    trace = session.traces[1]
+    lines = lens_lines(trace, session.pieces)
+    lens = trace.lens
+    rows = lines[2:-1]
+    assert [row.split("  ")[0].strip() for row in rows] == ["embedding", "layer 0", "layer 1", "layer 2"]
+    for row, line in zip(range(4), rows, strict=True):
+        assert repr(session.pieces([int(lens.top_ids[row, -1, 0])])[0]) in line
+        assert f"{lens.top_probs[row, -1, 0]:.3f}" in line
+    hits = [row for row in range(4) if lens.top_ids[row, -1, 0] == trace.sampling.token_id]
+    assert hits and hits[-1] == 3  # greedy: the model's own output row always names the token chosen
+    assert lines[-1].endswith(f"after {'embedding' if hits[0] == 0 else f'layer {hits[0] - 1}'} (row {hits[0]} of 3)")
+
+
+def test_the_cli_refuses_an_empty_prompt_before_loading(capsys):
+    assert main(["lens", "  "]) == 2
+    assert "The prompt is empty" in capsys.readouterr().err
