@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts
 from explorer.analysis.records import OpCost
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, SinkSummary, key_importance
 from explorer.figures.attention import attention_figure, stack_attention
 from explorer.figures.forward import forward_figure
 from explorer.figures.journey import journey_figure
@@ -47,6 +48,8 @@ class ViewOptions:
             resolution; None draws the whole matrix (pooled when it is long).
         what_if: the roofline's what-if (batch, context, formats, engine choices); empty: the run's own.
         lens_stat: what colours the logit lens's cells (`explorer.figures.lens.LENS_STATS`).
+        sink_threshold: the attention view marks a head as a sink where its first token's importance
+            exceeds this.
     """
 
     step: int
@@ -57,6 +60,7 @@ class ViewOptions:
     zoom: int | None = None
     what_if: Scenario = Scenario()
     lens_stat: str = "top1"
+    sink_threshold: float = DEFAULT_SINK_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ class ViewData:
         stop_costs: forward-pass view: the analytic cost of each stop of the shown layer and outside
             the layers, by canonical name, for the prefill then the shown decode step; empty where
             the cost model does not know the family.
+        sinks: attention view: the first token's importance for every layer and head at the shown
+            step ([L, h]); None where not every layer's attention is at hand.
     """
 
     run: Run
@@ -89,6 +95,7 @@ class ViewData:
     measured: bool = False
     preview: SamplingRecord | None = None
     stop_costs: tuple[dict[str, OpCost], ...] = ()
+    sinks: np.ndarray | None = None
 
 
 def fig_forward(data: ViewData, options: ViewOptions) -> go.Figure:
@@ -118,9 +125,26 @@ def fig_attention(data: ViewData, options: ViewOptions) -> go.Figure:
         start = max(0, min(options.zoom, len(pieces) - ZOOM_TOKENS))
         window = (start, min(start + ZOOM_TOKENS, len(pieces)))
     n_kv_heads = trace.kv[options.layer].key_shape[1]
+    importance = key_importance(probs)[:, 0]  # the first token's, per head of this layer
+    threshold = options.sink_threshold
+    notes = [f" · sink {value:.2f}{' ●' if value > threshold else ''}" for value in importance]
     return attention_figure(probs, pieces, n_kv_heads, options.layer, trace.step_index,
                             new_rows=min(trace.step_index, 1), average=options.average_heads, window=window,
-                            presenter=options.presenter)
+                            presenter=options.presenter, head_notes=notes,
+                            note=sink_note(importance, data.sinks, threshold))
+
+
+def sink_note(importance: np.ndarray, every_layer: np.ndarray | None, threshold: float) -> str:
+    """The attention view's line on sinks: how many of the layer's heads, and of all (layer, head)
+    pairs, put a mean weight over `threshold` on the first token (computed from the probabilities)."""
+    here = int((importance > threshold).sum())
+    line = f"Sinks ● (mean weight on token 0 over the queries > {threshold:g}): {here} of {len(importance)} heads here"
+    if every_layer is not None:
+        summary = SinkSummary(every_layer, threshold)
+        counts = summary.per_layer()
+        line += (f"; {int(summary.sinks.sum())} of {summary.sinks.size} ({summary.share:.0%}) in all layers, "
+                 f"per layer {counts.min()}-{counts.max()} of {every_layer.shape[1]}")
+    return line
 
 
 def fig_kv_cache(data: ViewData, options: ViewOptions) -> go.Figure:

@@ -398,6 +398,17 @@ def on_lens_stat_change(visit: Visit | None, stat: str, step: int | None, presen
 
 
 @shows_errors
+def on_sink_threshold_change(visit: Visit | None, threshold: float | None, step: int | None, layer: int,
+                             average_heads: bool, presenter: bool = False, zoom: str | None = None):
+    """Mark as sinks the heads whose first token's importance exceeds another threshold (0..1), kept for
+    the visit's later redraws; redraws the attention view."""
+    if not _open(visit) or threshold is None:
+        return gr.skip()
+    visit.sink_threshold = min(1.0, max(0.0, float(threshold)))
+    return render(visit, _options(visit, step, layer, average_heads, "", presenter, zoom), "attention")
+
+
+@shows_errors
 def on_what_if_change(visit: Visit | None, step: int | None, hardware: str, presenter: bool, *values):
     """Redraw the roofline for the what-if controls' `values` (`WHAT_IF_FIELDS` order; an empty box
     or "as run" keeps the step's own value); the model is not run. Returns (the scenario, for the
@@ -447,7 +458,7 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
     n_layers = len(traces[0].kv)
     layer = _index(layer, 0, n_layers - 1)
     options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom),
-                          what_if or Scenario(), visit.lens_stat)
+                          what_if or Scenario(), visit.lens_stat, visit.sink_threshold)
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
     return (visit, status_text(visit, latest), strip_html(visit, latest), visit.run.text, steps,
             gr.update(maximum=n_layers - 1, value=layer), _hidden() if latest == 0 else _close_question(visit),
@@ -552,7 +563,7 @@ def _options(visit: Visit, step: int | None, layer: int, average_heads: bool, ha
     layer = _index(layer, 0, len(visit.run.steps[0].kv) - 1)
     scenario = what_if if isinstance(what_if, Scenario) else Scenario()
     return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom), scenario,
-                       visit.lens_stat)
+                       visit.lens_stat, visit.sink_threshold)
 
 
 def _zoom(value: str | float | None) -> int | None:

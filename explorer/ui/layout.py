@@ -16,9 +16,10 @@ import gradio as gr
 from explorer.analysis.hardware import THIS_MACHINE, hardware_names
 from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
 from explorer.config import SamplingSettings
-from explorer.figures.theme import empty_figure
 from explorer.figures.lens import LENS_STATS
+from explorer.figures.theme import empty_figure
 from explorer.figures.views import VIEWS, ZOOM_TOKENS
 from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.loading import LoadedModel
@@ -185,10 +186,13 @@ def _view_settings(loaded: LoadedModel) -> dict[str, gr.components.Component]:
                           placeholder="empty: the whole matrix", elem_id="attention-zoom")
         machine = THIS_MACHINE if loaded.shape_only else roofline_hardware_key(loaded.device)
         hardware = gr.Dropdown(hardware_names(), value=machine, label="Roofline hardware", elem_id="hardware-select")
+        sink = gr.Number(DEFAULT_SINK_THRESHOLD, label="Attention: a sink puts a mean weight over this on token 0",
+                         minimum=0, maximum=1, step=0.05, elem_id="sink-threshold")
         lens_stat = gr.Radio([(label, key) for key, (label, _) in LENS_STATS.items()], value="top1",
                              label="Logit lens: colour by", elem_id="lens-stat")
         presenter = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
-    return {"average": average, "zoom": zoom, "hardware": hardware, "lens_stat": lens_stat, "presenter": presenter}
+    return {"average": average, "zoom": zoom, "hardware": hardware, "lens_stat": lens_stat, "sink": sink,
+            "presenter": presenter}
 
 
 def _lecture_tools(c: dict, limits: Limits) -> None:
@@ -403,6 +407,10 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
                                [c["shown"], c["plots"][view]], **model_queue)
     c["lens_stat"].input(handlers.on_lens_stat_change, _named(c, ("visit", "lens_stat", "step", "presenter")),
                          c["plots"]["lens"], show_progress="hidden")
+    c["sink"].change(handlers.on_sink_threshold_change,
+                     _named(c, ("visit", "sink", "step", "layer", "average", "presenter", "zoom")),
+                     c["plots"]["attention"], concurrency_id=MODEL_QUEUE, validator=app.validate_model_event,
+                     show_progress="hidden")
     c["hardware"].input(handlers.on_hardware_change, _named(c, ("visit", "step", "hardware", "presenter", "what_if")),
                         c["plots"]["roofline"])
     # a what-if redraws the roofline from the cost model alone: no model run, so not in the model queue

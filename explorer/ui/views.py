@@ -15,10 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import plotly.graph_objects as go
 
 from explorer.analysis.hardware import THIS_MACHINE
 from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, first_token_column_sum
 from explorer.config import SamplingSettings
 from explorer.figures.sampling import same_sampling
 from explorer.figures.views import ViewData, ViewOptions, draw
@@ -27,6 +29,7 @@ from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.probe import resolve_hardware
 from explorer.runner.sampling import resample
 from explorer.runner.session import InferenceSession
+from explorer.trace import StepTrace
 from explorer.ui.export import remove_export
 from explorer.ui.hosting import Limits
 
@@ -47,6 +50,9 @@ class Visit:
         pending: (the earlier step shown, the decode steps asked for) while the page asks whether to
             continue from that step or from the latest one; None otherwise.
         lens_stat: what colours the logit lens (the view settings' choice, kept for every redraw).
+        sink_threshold: the attention view's sink threshold (the view settings' choice).
+        sink_sums: step index -> (its trace, [L, h] column sums of its attention on the first token),
+            computed once per step on the attention view's first draw of it (`sink_sums`).
     """
 
     run: Run
@@ -57,6 +63,8 @@ class Visit:
     viewing: int | None = field(default=None, init=False)
     pending: tuple[int, int] | None = field(default=None, init=False)
     lens_stat: str = field(default="top1", init=False)
+    sink_threshold: float = field(default=DEFAULT_SINK_THRESHOLD, init=False)
+    sink_sums: dict[int, tuple[StepTrace, np.ndarray]] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def start(cls, session: InferenceSession, limits: Limits) -> Visit:
@@ -102,7 +110,7 @@ def view_data(visit: Visit, options: ViewOptions, view: str, preview: SamplingSe
         return ViewData(run, stop_costs=tuple(stop_costs(run.spec, run.step(step), options.layer) for step in steps))
     if view == "attention" and not shown.shape_only:
         blocks = tuple(visit.attention.probs(step, options.layer) for step in range(shown.step_index + 1))
-        return ViewData(run, attention=blocks)
+        return ViewData(run, attention=blocks, sinks=every_layer_sinks(visit, shown.step_index))
     if view == "roofline" and run.spec is not None:
         steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
         executed = tuple(run.costs(step) for step in steps)
@@ -118,6 +126,25 @@ def view_data(visit: Visit, options: ViewOptions, view: str, preview: SamplingSe
         context = run.ids[: shown.context_length]
         return ViewData(run, preview=resample(shown.logits, context, preview, preview.seed))
     return ViewData(run)
+
+
+def every_layer_sinks(visit: Visit, step: int) -> np.ndarray | None:
+    """[L, h] float64: the first token's importance for every layer and head at `step` (`explorer.analysis.sinks`),
+    from every layer's attention at each step up to it; each step's sums are computed once (a
+    512-token prefill of the embedded model reads its 30 layers' matrices once: see the README).
+    None where the run lacks some layer's attention (a saved run that left it out)."""
+    sums = []
+    for index in range(step + 1):
+        trace = visit.run.steps[index]
+        held = visit.sink_sums.get(index)
+        if held is None or held[0] is not trace:  # a branch replaced the step
+            if not all(visit.attention.has(index, layer) for layer in range(len(trace.attention))):
+                return None
+            held = trace, np.stack([first_token_column_sum(visit.attention.probs(index, layer), trace.context_length)
+                                    for layer in range(len(trace.attention))])
+            visit.sink_sums[index] = held
+        sums.append(held[1])
+    return np.sum(sums, axis=0) / visit.run.steps[step].context_length
 
 
 def render(visit: Visit, options: ViewOptions, view: str, preview: SamplingSettings | None = None) -> go.Figure:

@@ -318,7 +318,7 @@ def test_a_run_saved_on_a_gpu_draws_its_roofline_here(served, run, tmp_path):
         trace["device"] = "cuda:0"  # asking this machine for that GPU's name failed without CUDA
     outputs = handlers.ServedHandlers(served).on_import_upload(None, write(tmp_path, run), 0, False, "this-machine",
                                                                "roofline")
-    roofline = outputs[handlers.STEP_OUTPUTS - 1]
+    roofline = outputs[handlers.STEP_OUTPUTS - len(VIEWS) + VIEWS.index("roofline")]
     assert roofline.layout.meta == {"view": "roofline", "step": 2}
     assert not [t for t in roofline.data if t.name.endswith("measured")]  # measured on another machine
 
