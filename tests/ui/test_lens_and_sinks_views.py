@@ -1,0 +1,53 @@
+"""The logit lens and the attention sinks as the app draws them, on the tiny Llama's real steps."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from explorer.analysis.sinks import key_importance
+from explorer.figures.attention import stack_attention
+from explorer.ui import handlers
+from explorer.ui.views import every_layer_sinks
+
+GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)
+VIEW = (1, False, "h100-sxm", "attention")  # layer, average over heads, roofline hardware, the view on screen
+VIEW_INDEX = handlers.VIEWS.index("attention")
+
+
+def _visit(served, decode_steps: int = 2):
+    visit, *_ = handlers.ServedHandlers(served).on_prefill_click(
+        None, None, served.registry.default_choice, "", "Sinks and lenses", 17, False, "", *GREEDY, *VIEW)
+    for _ in range(decode_steps):
+        visit, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    return visit
+
+
+def test_every_layers_sinks_are_the_first_tokens_importance_of_its_stacked_matrix(served):
+    visit = _visit(served)
+    for step in range(3):
+        sinks = every_layer_sinks(visit, step)
+        for layer in range(3):
+            stacked = stack_attention([visit.attention.probs(s, layer) for s in range(step + 1)])
+            np.testing.assert_allclose(sinks[layer], key_importance(stacked)[:, 0], rtol=1e-6)
+
+
+def test_the_threshold_moves_the_sinks_marked_in_the_attention_view(served):
+    visit = _visit(served)
+    importance = every_layer_sinks(visit, 2)[1]  # layer 1, the one shown
+    threshold = float(np.sort(importance)[2])  # three heads at or under it, three over
+    figure = handlers.on_sink_threshold_change(visit, threshold, 2, 1, False)
+    titles = [note.text for note in figure.layout.annotations if note.text.startswith("q head")]
+    assert [title.endswith(" ●") for title in titles] == list(importance > threshold)
+    assert f"> {threshold:g}): 3 of 6 heads here" in figure.layout.title.text
+    again = handlers.on_view_change(visit, 2, 1, False, "h100-sxm", "attention", False, "")
+    assert again[VIEW_INDEX].layout.title.text == figure.layout.title.text  # kept for later redraws
+
+
+def test_the_lens_statistic_is_kept_for_later_redraws(served):
+    visit = _visit(served)
+    figure = handlers.on_lens_stat_change(visit, "entropy", 2)
+    np.testing.assert_array_equal(figure.data[0].z[:, -1], visit.run.steps[2].lens.entropy_bits[:, 0])
+    redrawn = handlers.on_tab_select("lens")(visit, 2, 1, False, "h100-sxm")[1]
+    np.testing.assert_array_equal(redrawn.data[0].z, figure.data[0].z)
+    assert handlers.on_lens_stat_change(visit, "<b>", 2) == handlers.gr.skip()
+
