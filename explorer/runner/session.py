@@ -406,12 +406,14 @@ class InferenceSession:
 
     def _named_pieces(self, trace: StepTrace) -> dict[int, str]:
         """The pieces of the ids a step names that the run does not yet: the ids it fed, the token it
-        chose and its `PIECES_PER_STEP` top tokens."""
+        chose, its `PIECES_PER_STEP` top tokens and the top tokens of its logit lens."""
         named = set(trace.input_ids)
         if trace.logits is not None:
             named.add(trace.sampling.token_id)
             top = min(PIECES_PER_STEP, trace.logits.size)
             named.update(int(i) for i in np.argpartition(trace.logits, -top)[-top:])
+        if trace.lens is not None:
+            named.update(np.unique(trace.lens.top_ids).tolist())
         new = sorted(named.difference(self.run.pieces))
         return dict(zip(new, self.pieces(new), strict=True))
 
