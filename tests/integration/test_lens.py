@@ -19,7 +19,7 @@ from explorer.cli.lens_cmd import lens_lines
 from explorer.config import SamplingSettings
 from explorer.runner.lens import LENS_TOP, lens_positions, read_out
 from explorer.runner.session import InferenceSession
-from tests.tiny_models import FAMILY_EXTRAS, tiny_model
+from tiny_models import FAMILY_EXTRAS, tiny_model
 
 PROMPT = "a lens, layer by layer"
 

@@ -8,7 +8,7 @@ import pytest
 from explorer.figures.lens import LensColumns, first_top1_row, shown_rows
 from explorer.figures.views import ViewData, ViewOptions, fig_lens
 from explorer.trace import LensRecord
-from tests.figure_traces import hand_run
+from figure_traces import hand_run
 
 
 @pytest.mark.parametrize("stat", ["top1", "next", "entropy"])
