@@ -11,7 +11,8 @@ import sys
 
 from explorer.errors import ExplorerError
 
-COMMAND_MODULES = ["explorer.cli.trace_cmd", "explorer.cli.analysis_cmds", "explorer.cli.lens_cmd"]
+COMMAND_MODULES = ["explorer.cli.trace_cmd", "explorer.cli.analysis_cmds", "explorer.cli.lens_cmd",
+                   "explorer.cli.equivalence_cmd"]
 
 
 def build_parser() -> argparse.ArgumentParser:

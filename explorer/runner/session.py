@@ -291,6 +291,10 @@ class InferenceSession:
         q_len, kv_len = trace.attention[layer].shape[1:]  # a sliding-window layer sees only its last kv_len keys
         return recorder.attention[layer][:, -q_len:, -kv_len:]
 
+    def prompt_ids(self, prompt: str, use_chat_template: bool = True, system_prompt: str | None = None) -> list[int]:
+        """The token ids a prefill of `prompt` would feed (the same checks; raises `PromptError` as `prefill`)."""
+        return self._tokenize(prompt, use_chat_template, system_prompt, None)
+
     def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> list[int]:
         if prompt_tokens is None:
             ids = self._encode(prompt, use_chat_template, system_prompt)

@@ -8,10 +8,10 @@ import math
 
 import pytest
 import torch
+from tiny_models import tiny_model
 
 from explorer.errors import PromptError
 from explorer.runner.equivalence import run_equivalence
-from tiny_models import tiny_model
 
 PROMPT = "equal, not identical"
 

@@ -13,13 +13,13 @@ import math
 import numpy as np
 import pytest
 import torch
+from tiny_models import FAMILY_EXTRAS, tiny_model
 
 from explorer.cli import main
 from explorer.cli.lens_cmd import lens_lines
 from explorer.config import SamplingSettings
 from explorer.runner.lens import LENS_TOP, lens_positions, read_out
 from explorer.runner.session import InferenceSession
-from tiny_models import FAMILY_EXTRAS, tiny_model
 
 PROMPT = "a lens, layer by layer"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from figure_traces import hand_run
 
 from explorer.figures.lens import LensColumns, first_top1_row, shown_rows
 from explorer.figures.views import ViewData, ViewOptions, fig_lens
 from explorer.trace import LensRecord
-from figure_traces import hand_run
 
 
 @pytest.mark.parametrize("stat", ["top1", "next", "entropy"])
