@@ -18,11 +18,13 @@ from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, ExplorerError, PromptError, SamplingSettingsError, SessionStateError
-from explorer.figures.theme import empty_figure, plain_label
+from explorer.figures.equivalence import equivalence_figure
 from explorer.figures.lens import LENS_STATS
+from explorer.figures.theme import empty_figure, plain_label
 from explorer.figures.views import VIEWS, ViewOptions
 from explorer.journey import step_label
 from explorer.run import Run
+from explorer.runner.equivalence import run_equivalence
 from explorer.runner.prompts import check_prompt_chars
 from explorer.runner.session import InferenceSession
 from explorer.ui.export import export_label, plan_export, write_export
@@ -44,6 +46,8 @@ WHAT_IF_FIELDS = ("wi_batch", "wi_context", "wi_tokens", "wi_weights", "wi_activ
 SAMPLING_INPUTS = len(SAMPLING_FIELDS)
 RESTORED_INPUTS = ("prompt", "prompt_tokens", "use_chat_template", "system_prompt", *SAMPLING_FIELDS)  # a loaded run's
 EMPTY_VIEW = "Type a prompt and press Prefill."
+EQUIVALENCE_EMPTY = "Prefill a prompt, then run the experiment: the same logits computed equivalent ways."
+APP_EQUIVALENCE_STEPS = 8  # the experiment holds the shared model: few steps in the app (the CLI takes 32)
 # visit, status, token strip, text, step menu, layer slider, the "go on from which step" question, Reset's
 # "are you sure" question, the views
 STEP_OUTPUTS = 8 + len(VIEWS)
@@ -406,6 +410,19 @@ def on_sink_threshold_change(visit: Visit | None, threshold: float | None, step:
         return gr.skip()
     visit.sink_threshold = min(1.0, max(0.0, float(threshold)))
     return render(visit, _options(visit, step, layer, average_heads, "", presenter, zoom), "attention")
+
+
+@shows_errors
+def on_equivalence_click(visit: Visit | None, steps: float | None):
+    """Run the "equivalent is not identical" experiment on the prefill's prompt (the model's lock held
+    meanwhile), keep its result in the visit, and draw it."""
+    if not _open(visit) or visit.saved:
+        raise SessionStateError("Run a prefill first: the experiment runs the model on its prompt "
+                                "(a saved run has no model).")
+    count = _index(steps, 4, APP_EQUIVALENCE_STEPS)
+    session = visit.session
+    visit.equivalence = run_equivalence(session.loaded, visit.run.steps[0].input_ids, max(1, count))
+    return equivalence_figure(visit.equivalence, visit.run.piece)
 
 
 @shows_errors

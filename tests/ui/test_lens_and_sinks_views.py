@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from explorer.analysis.sinks import key_importance
 from explorer.figures.attention import stack_attention
@@ -51,3 +52,18 @@ def test_the_lens_statistic_is_kept_for_later_redraws(served):
     np.testing.assert_array_equal(redrawn.data[0].z, figure.data[0].z)
     assert handlers.on_lens_stat_change(visit, "<b>", 2) == handlers.gr.skip()
 
+
+
+def test_the_equivalence_experiment_runs_on_the_prefills_prompt_and_is_kept(served):
+    visit = _visit(served, decode_steps=0)
+    figure = handlers.on_equivalence_click(visit, 50)  # past the app's bound: that many steps, no more
+    result = visit.equivalence
+    assert len(result.tokens) == handlers.APP_EQUIVALENCE_STEPS and result.prompt_tokens == len(visit.run.ids) - 1
+    assert result.tokens[0] == visit.run.steps[0].sampling.token_id  # the reference is the run's own greedy choice
+    assert figure.layout.meta == {"view": "equivalence", "step": None} and len(figure.data[0].y) == 4
+    assert figure.data[0].text[3][0] == "0"  # the prefill recomputed is the prefill: the same bits
+
+
+def test_the_equivalence_experiment_needs_a_model():
+    with pytest.raises(handlers.gr.Error, match="Run a prefill first"):
+        handlers.on_equivalence_click(None, 4)
