@@ -18,7 +18,7 @@ from explorer.lesson import PAGES, LessonInputs, LessonPage, page_layer, page_te
 from explorer.runner.probe import resolve_hardware
 from explorer.ui import handlers
 from explorer.ui.toasts import shows_errors
-from explorer.ui.views import Visit
+from explorer.ui.views import Visit, every_layer_sinks
 
 # After the step outputs: the lesson's panel, its text, its page index, the view tabs, the view on
 # screen, the roofline's what-if and its batch box.
@@ -58,7 +58,9 @@ def lesson_outputs(visit: Visit, index: int, average: bool, hardware: str, prese
     scenario = Scenario(batch=page.batch)
     machine = resolve_hardware(hardware)
     attention = visit.attention.probs(step, layer) if visit.attention.has(step, layer) else None
-    text = page_text(page, LessonInputs(run, step, layer, machine, attention))
+    sinks = every_layer_sinks(visit, step) if page.key == "sinks" and not run.steps[step].shape_only else None
+    text = page_text(page, LessonInputs(run, step, layer, machine, attention, sinks, visit.sink_threshold,
+                                        visit.equivalence))
     try:
         outputs = handlers.step_outputs(visit, layer, average, hardware, page.view, presenter, zoom, scenario)
     except ExplorerError as exc:  # a saved run without this view's values: the figure says so
