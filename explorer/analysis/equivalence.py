@@ -8,7 +8,7 @@ where the variant's own greedy choice first differs from the reference's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 WHY = ("Why: floating-point addition is not associative, so a kernel that sums in another order (another "
        "batch shape or padding, a fused attention kernel, another precision, or one row of a recomputed "
@@ -54,6 +54,15 @@ class EquivalenceResult:
     tokens: list[int]
     comparisons: list[Comparison]
     wall_ms: float
+
+    def to_dict(self) -> dict:
+        """Plain JSON-ready data (a saved run holds it under "equivalence")."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> EquivalenceResult:
+        """The inverse of `to_dict` (a checked saved run's, `explorer.ui.run_schema`)."""
+        return cls(**{**data, "comparisons": [Comparison(**c) for c in data["comparisons"]]})
 
     def lines(self, piece) -> list[str]:
         """A table, one row per comparison, for the CLI; `piece(id)` names a token."""

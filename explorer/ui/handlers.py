@@ -412,17 +412,24 @@ def on_sink_threshold_change(visit: Visit | None, threshold: float | None, step:
     return render(visit, _options(visit, step, layer, average_heads, "", presenter, zoom), "attention")
 
 
+def on_equivalence_tab(visit: Visit | None):
+    """The run's experiment where it ran one (live or saved); else the figure says how to run it."""
+    if not _open(visit) or visit.run.equivalence is None:
+        return empty_figure("equivalence", EQUIVALENCE_EMPTY)
+    return equivalence_figure(visit.run.equivalence, visit.run.piece)
+
+
 @shows_errors
 def on_equivalence_click(visit: Visit | None, steps: float | None):
     """Run the "equivalent is not identical" experiment on the prefill's prompt (the model's lock held
-    meanwhile), keep its result in the visit, and draw it."""
+    meanwhile), keep its result in the run (an export saves it), and draw it."""
     if not _open(visit) or visit.saved:
         raise SessionStateError("Run a prefill first: the experiment runs the model on its prompt "
                                 "(a saved run has no model).")
     count = _index(steps, 4, APP_EQUIVALENCE_STEPS)
     session = visit.session
-    visit.equivalence = run_equivalence(session.loaded, visit.run.steps[0].input_ids, max(1, count))
-    return equivalence_figure(visit.equivalence, visit.run.piece)
+    visit.run.equivalence = run_equivalence(session.loaded, visit.run.steps[0].input_ids, max(1, count))
+    return equivalence_figure(visit.run.equivalence, visit.run.piece)
 
 
 @shows_errors

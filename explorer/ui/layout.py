@@ -273,7 +273,7 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot]]:
                 plots[view] = gr.Plot(empty_figure(view, handlers.EMPTY_VIEW), show_label=False,
                                       elem_id=PLOT_IDS[view], buttons=[full_screen])
                 full_screen.click(None, js="() => window.explorerFullscreen()")
-        with gr.Tab("Equivalent ≠ identical", id="equivalence", elem_id="tab-equivalence"):
+        with gr.Tab("Equivalent ≠ identical", id="equivalence", elem_id="tab-equivalence") as tabs["equivalence"]:
             with gr.Row():
                 steps = gr.Number(4, label="greedy steps", precision=0, minimum=1, maximum=handlers.APP_EQUIVALENCE_STEPS,
                                   elem_id="equivalence-steps", scale=0, min_width=140)
@@ -414,6 +414,9 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     for view in VIEWS:
         c["tabs"][view].select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"], c["what_if"]],
                                [c["shown"], c["plots"][view]], **model_queue)
+    # the tab shows the run's experiment where it ran one (a saved run's too)
+    c["tabs"]["equivalence"].select(handlers.on_equivalence_tab, c["visit"], c["plots"]["equivalence"],
+                                    show_progress="hidden")
     c["tabs"]["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["tabs"]["equivalence_steps"]],
                                        c["plots"]["equivalence"], concurrency_id=MODEL_QUEUE,
                                        validator=app.validate_model_event, show_progress="minimal")

@@ -60,7 +60,7 @@ def lesson_outputs(visit: Visit, index: int, average: bool, hardware: str, prese
     attention = visit.attention.probs(step, layer) if visit.attention.has(step, layer) else None
     sinks = every_layer_sinks(visit, step) if page.key == "sinks" and not run.steps[step].shape_only else None
     text = page_text(page, LessonInputs(run, step, layer, machine, attention, sinks, visit.sink_threshold,
-                                        visit.equivalence))
+                                        run.equivalence))
     try:
         outputs = handlers.step_outputs(visit, layer, average, hardware, page.view, presenter, zoom, scenario)
     except ExplorerError as exc:  # a saved run without this view's values: the figure says so

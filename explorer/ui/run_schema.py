@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.analysis.equivalence import Comparison, EquivalenceResult
 from explorer.analysis.precision import canonical_dtype
 from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
@@ -46,6 +47,8 @@ TOKEN_KEY = re.compile(r"\d{1,10}")
 RUN_KEYS = ("model", "description", "config", "ids", "text", "pieces", "traces")
 TRACE_KEYS = tuple(f.name for f in fields(StepTrace) if f.name != "lens")  # a run saved before the lens has none
 LENS_KEYS = tuple(f.name for f in fields(LensRecord))
+EQUIVALENCE_KEYS = tuple(f.name for f in fields(EquivalenceResult))
+COMPARISON_KEYS = tuple(f.name for f in fields(Comparison))
 OP_KEYS = tuple(f.name for f in fields(OpRecord))
 KV_KEYS = tuple(f.name for f in fields(KVSnapshot))
 SETTINGS_KEYS = tuple(f.name for f in fields(SamplingSettings))
@@ -151,6 +154,8 @@ def check_run(data: dict) -> None:
             _fail("pieces", f"keyed by token ids below {run.vocab}")
         _text(piece, f"pieces.{key}", MAX_LINE_CHARS)
     _check_config(_object(data["config"], "config", ("num_attention_heads",)), run)
+    if "equivalence" in data:
+        _check_equivalence(data["equivalence"], run, len(traces[0]["input_ids"]))
 
 
 def _check_prompt(prompt) -> None:
@@ -337,6 +342,37 @@ def _check_lens(trace: dict, where: str, run: _Run, seen: list[int]) -> None:
         if not 0 <= np.min(lens[name]) <= np.max(lens[name]) <= high:
             _fail(f"{where}.{name}", f"numbers in [0, {high:.4g}]")
     _number(lens["compute_ms"], f"{where}.compute_ms", low=0)
+
+
+def _check_equivalence(result, run: _Run, prompt_tokens: int) -> None:
+    """The experiment on the prompt: its reference, the greedy tokens of its steps, and per comparison
+    one non-negative number per step (none where it was skipped, with why) and the step it diverged at."""
+    where = "equivalence"
+    _object(result, where, EQUIVALENCE_KEYS, exact=True)
+    _text(result["reference"], f"{where}.reference", MAX_LINE_CHARS)
+    if _whole(result["prompt_tokens"], f"{where}.prompt_tokens") != prompt_tokens:
+        _fail(f"{where}.prompt_tokens", f"{prompt_tokens} (the prompt's tokens)", result["prompt_tokens"])
+    tokens = _list(result["tokens"], f"{where}.tokens")
+    if not tokens:
+        _fail(f"{where}.tokens", "the greedy token of at least one step")
+    for i, token_id in enumerate(tokens):
+        _whole(token_id, f"{where}.tokens[{i}]", high=run.vocab - 1, what="a token id")
+    _number(result["wall_ms"], f"{where}.wall_ms", low=0)
+    for i, comparison in enumerate(_list(result["comparisons"], f"{where}.comparisons")):
+        at = f"{where}.comparisons[{i}]"
+        _object(comparison, at, COMPARISON_KEYS, exact=True)
+        _text(comparison["name"], f"{at}.name", MAX_LINE_CHARS)
+        skipped = _text(comparison["skipped"], f"{at}.skipped", MAX_LINE_CHARS)
+        steps = 0 if skipped else len(tokens)
+        for key in ("max_abs", "mean_abs", "argmax"):
+            values = _list(comparison[key], f"{at}.{key}", length=steps, what=f"{steps} values, one per step")
+            for j, value in enumerate(values):
+                if key == "argmax":
+                    _whole(value, f"{at}.{key}[{j}]", high=run.vocab - 1, what="a token id")
+                else:
+                    _number(value, f"{at}.{key}[{j}]", low=0)
+        if comparison["diverged_at"] is not None:
+            _whole(comparison["diverged_at"], f"{at}.diverged_at", high=max(0, steps - 1), what="a step")
 
 
 def _check_sampling(sampling, where: str, vocab: int) -> None:

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.analysis.equivalence import EquivalenceResult
 from explorer.analysis.hardware import THIS_MACHINE
 from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, first_token_column_sum
@@ -52,7 +51,6 @@ class Visit:
             continue from that step or from the latest one; None otherwise.
         lens_stat: what colours the logit lens (the view settings' choice, kept for every redraw).
         sink_threshold: the attention view's sink threshold (the view settings' choice).
-        equivalence: the latest "equivalent is not identical" experiment on the run's prompt, or None.
         sink_sums: step index -> (its trace, [L, h] column sums of its attention on the first token),
             computed once per step on the attention view's first draw of it (`sink_sums`).
     """
@@ -66,7 +64,6 @@ class Visit:
     pending: tuple[int, int] | None = field(default=None, init=False)
     lens_stat: str = field(default="top1", init=False)
     sink_threshold: float = field(default=DEFAULT_SINK_THRESHOLD, init=False)
-    equivalence: EquivalenceResult | None = field(default=None, init=False)
     sink_sums: dict[int, tuple[StepTrace, np.ndarray]] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod

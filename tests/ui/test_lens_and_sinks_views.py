@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from explorer.analysis.sinks import key_importance
+from explorer.errors import ConfigError
 from explorer.figures.attention import stack_attention
 from explorer.ui import handlers
+from explorer.ui.saved import load_run, save_run
 from explorer.ui.views import every_layer_sinks
 
 GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)
@@ -57,7 +61,7 @@ def test_the_lens_statistic_is_kept_for_later_redraws(served):
 def test_the_equivalence_experiment_runs_on_the_prefills_prompt_and_is_kept(served):
     visit = _visit(served, decode_steps=0)
     figure = handlers.on_equivalence_click(visit, 50)  # past the app's bound: that many steps, no more
-    result = visit.equivalence
+    result = visit.run.equivalence
     assert len(result.tokens) == handlers.APP_EQUIVALENCE_STEPS and result.prompt_tokens == len(visit.run.ids) - 1
     assert result.tokens[0] == visit.run.steps[0].sampling.token_id  # the reference is the run's own greedy choice
     assert figure.layout.meta == {"view": "equivalence", "step": None} and len(figure.data[0].y) == 4
@@ -67,3 +71,27 @@ def test_the_equivalence_experiment_runs_on_the_prefills_prompt_and_is_kept(serv
 def test_the_equivalence_experiment_needs_a_model():
     with pytest.raises(handlers.gr.Error, match="Run a prefill first"):
         handlers.on_equivalence_click(None, 4)
+
+
+def test_a_saved_run_keeps_its_lens_and_experiment_and_refuses_a_damaged_one(served, tmp_path):
+    visit = _visit(served, decode_steps=1)
+    handlers.on_equivalence_click(visit, 2)
+    path = save_run(visit.run, visit.attention, tmp_path / "run.json")
+    loaded, attention = load_run(path)
+    assert loaded.equivalence == visit.run.equivalence
+    for mine, theirs in zip(visit.run.steps, loaded.steps, strict=True):
+        np.testing.assert_array_equal(theirs.lens.top_ids, mine.lens.top_ids)
+        np.testing.assert_array_equal(theirs.lens.entropy_bits, mine.lens.entropy_bits)
+    data = json.loads(path.read_text())
+    data["equivalence"]["comparisons"][0]["max_abs"][1] = -1.0
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"equivalence.comparisons\[0\].max_abs\[1\] must be a number in \[0, inf\]"):
+        load_run(tmp_path / "bad.json")
+
+
+def test_the_tab_shows_the_runs_experiment_once_run(served):
+    visit = _visit(served, decode_steps=0)
+    assert handlers.on_equivalence_tab(visit).layout.meta == {"view": "equivalence", "step": None}
+    assert not handlers.on_equivalence_tab(visit).data
+    handlers.on_equivalence_click(visit, 1)
+    assert handlers.on_equivalence_tab(visit).data[0].type == "heatmap"

@@ -145,5 +145,5 @@ def test_the_lens_sinks_and_equivalence_pages_say_the_runs_own_numbers(served):
     assert "Press **Run the experiment**" in page_text(page["equivalence"], LessonInputs(run, 1, 0, machine))
     handlers.on_equivalence_click(visit, 2)
     _, state = turn(visit, len(PAGES) - 2, 1)
-    recompute = visit.equivalence.comparisons[-1]
+    recompute = visit.run.equivalence.comparisons[-1]
     assert f"no KV cache (full recompute): up to **{max(recompute.max_abs):.1e}**" in state["lesson_text"]
