@@ -133,7 +133,8 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
                                    max_lines=2, scale=3, min_width=240)
         c["what_if"] = gr.State(Scenario())  # the roofline's what-if, for every redraw of it
         c |= _lesson_panel()
-        c["tabs_selected"], c["tabs"], c["plots"] = _view_tabs()  # the tabs, then each tab and plot by view
+        c["tabs_selected"], c["tabs"], c["plots"], experiment = _view_tabs()  # the tabs, each tab and plot by view
+        c |= experiment
         _wire_model(c, app)
         _wire_steps(c, app)
         _wire_lecture(c, app, demo)
@@ -261,10 +262,12 @@ def _lesson_panel() -> dict[str, gr.components.Component]:
             "lesson_close": close, "lesson_page": gr.State(None)}
 
 
-def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot]]:
+def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[str, gr.components.Component]]:
     """One tab per view, each with its Plotly figure and a "Full screen" button in the plot's tool bar
     (the browser's full screen for the views, the figure fitted to it: `explorerFullscreen` in
-    assets/shortcuts.js); returns the tabs and the plots by view."""
+    assets/shortcuts.js), then the "equivalent is not identical" experiment's tab (no view of the run:
+    its button runs the model); returns the tabs and the plots by view (and "equivalence"), and the
+    experiment's steps box and button."""
     tabs, plots = {}, {}
     with gr.Tabs(elem_id="views") as container:
         for view in VIEWS:
@@ -281,8 +284,7 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot]]:
                                    "to a minute on a CPU)", elem_id="equivalence-btn")
             plots["equivalence"] = gr.Plot(empty_figure("equivalence", handlers.EQUIVALENCE_EMPTY), show_label=False,
                                            elem_id="equivalence-plot")
-    tabs["equivalence_steps"], tabs["equivalence_btn"] = steps, button
-    return container, tabs, plots
+    return container, tabs, plots, {"equivalence_steps": steps, "equivalence_btn": button}
 
 
 def _what_if_controls() -> dict[str, gr.components.Component]:
@@ -417,9 +419,9 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     # the tab shows the run's experiment where it ran one (a saved run's too)
     c["tabs"]["equivalence"].select(handlers.on_equivalence_tab, c["visit"], c["plots"]["equivalence"],
                                     show_progress="hidden")
-    c["tabs"]["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["tabs"]["equivalence_steps"]],
-                                       c["plots"]["equivalence"], concurrency_id=MODEL_QUEUE,
-                                       validator=app.validate_model_event, show_progress="minimal")
+    c["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["equivalence_steps"]],
+                               c["plots"]["equivalence"], concurrency_id=MODEL_QUEUE,
+                               validator=app.validate_model_event, show_progress="minimal")
     c["lens_stat"].input(handlers.on_lens_stat_change, _named(c, ("visit", "lens_stat", "step", "presenter")),
                          c["plots"]["lens"], show_progress="hidden")
     c["sink"].change(handlers.on_sink_threshold_change,
