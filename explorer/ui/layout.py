@@ -46,7 +46,7 @@ VIEW_TITLES = {"forward": "Forward pass", "journey": "Journey", "attention": "At
 PLOT_IDS = {"forward": "forward-plot", "journey": "journey-plot", "attention": "attention-plot",
             "kv_cache": "kv-plot", "sampling": "sampling-plot", "roofline": "roofline-plot", "lens": "lens-plot"}
 SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · **R** reset (R again: yes) · "
-             "**1-7** switch views · **F** full screen · **S** these settings · **L** the lesson (its pages: "
+             "**1-7** switch views (**8** the experiment) · **F** full screen · **S** these settings · **L** the lesson (its pages: "
              "← →, PageUp, PageDown)")
 TITLE = ("**LLM Inference Explorer** · a prompt, its **prefill**, then one **decode** step at a time · "
          "**Lesson** (key **L**): a tour of your run · "
