@@ -19,7 +19,16 @@ from explorer.analysis.spec import ModelSpec
 from explorer.families import traced_family
 from explorer.run import Run, SavedAttention
 from explorer.stops import stop_table
-from explorer.trace import AttentionRecord, KVSnapshot, LensRecord, OpRecord, SamplingRecord, SamplingStage, StepTrace, softmax
+from explorer.trace import (
+    AttentionRecord,
+    KVSnapshot,
+    LensRecord,
+    OpRecord,
+    SamplingRecord,
+    SamplingStage,
+    StepTrace,
+    softmax,
+)
 
 TINY = ModelSpec(family="llama", hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
                  intermediate_size=37, vocab_size=97, dense_intermediate_size=37)

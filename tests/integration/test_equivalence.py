@@ -32,7 +32,7 @@ def test_cache_against_recompute_is_within_1e_4_and_every_comparison_is_reported
     assert max(recompute.max_abs) < 1e-4 and recompute.diverged_at is None
     for comparison in result.comparisons:
         assert not comparison.skipped and len(comparison.max_abs) == len(comparison.mean_abs) == 5
-        assert all(math.isfinite(v) and 0 <= mean <= v for v, mean in zip(comparison.max_abs, comparison.mean_abs))
+        assert all(math.isfinite(v) and 0 <= mean <= v for v, mean in zip(comparison.max_abs, comparison.mean_abs, strict=True))
     assert max(by_name["bfloat16 weights"].max_abs) > 1e-4  # bfloat16 keeps 8 bits of mantissa: visibly different
     # the shared model is left as it was
     assert model.config._attn_implementation == attention and model.dtype == dtype
