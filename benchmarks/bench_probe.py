@@ -1,7 +1,7 @@
-"""This machine's measured roofs against what the embedded model's own decode steps reach (prints;
+"""The CPU's measured roofs against what the embedded model's own decode steps reach (prints;
 never asserts a rate).
 
-The probe (`explorer.runner.probe.measure`) measures the memory bandwidth past the caches, the
+The probe (`explorer.runner.probe.measure("cpu")`) measures the memory bandwidth past the caches, the
 bandwidth of a weight that stays in them, the FLOP/s of a float32 matmul and the time of a
 near-empty operator. Then `--steps` hooked decode steps of the embedded model: each weight GEMM's
 bytes (cost model) over its measured wall time. A small model's GEMMs (SmolLM2: 0.4-3.5 MB per

@@ -31,7 +31,7 @@ def main() -> None:
     served = Served.create(ModelRegistry(load_model(device="cpu")), LOCAL)
     view = (0, False, "this-machine", args.view)
     visit = handlers.ServedHandlers(served).on_prefill_click(
-        None, None, served.registry.default_choice, "", PROMPT, 17, True, "", *SAMPLING, *view)[0]
+        None, None, served.registry.default_choice, "", PROMPT, 17, True, "", False, *SAMPLING, *view)[0]
     parts: dict[str, list[float]] = {"decode step": [], f"step outputs ({args.view} drawn)": [], "export label": []}
     for _ in range(args.steps):
         start = time.perf_counter()

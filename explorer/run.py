@@ -61,12 +61,15 @@ class PromptInputs:
         use_chat_template: whether the prompt was wrapped in the tokenizer's chat template.
         system_prompt: the system message ("" for none).
         prompt_tokens: the token count of a prompt given as one; None for a text prompt.
+        enable_thinking: the chat template's `enable_thinking` (Qwen3's thinking mode); templates
+            without that switch ignore it. Runs saved before it existed lack it: False.
     """
 
     text: str | None
     use_chat_template: bool = True
     system_prompt: str = ""
     prompt_tokens: int | None = None
+    enable_thinking: bool = False
 
 
 class Run:

@@ -32,6 +32,14 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<assistant>{% endif %}"
 )
 
+# How Qwen3's chat template ends the prompt: its `enable_thinking` switch, off, closes an empty think block
+# (Qwen3's holds two blank lines; spaces here, since the character tokenizer reads "\n\n" as one <unk>).
+QWEN3_CHAT_TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>  </think>  {% endif %}{% endif %}"
+)
+
 
 def char_tokenizer() -> PreTrainedTokenizerFast:
     """One token per character: <unk>, <eos>, newline and the 95 printable ASCII characters (98 ids)."""

@@ -1,4 +1,5 @@
-"""`python -m explorer COMMAND ...`: each command lives in its own module with `register(subparsers)`.
+"""`llm-explorer COMMAND ...` (or `python -m explorer COMMAND ...`): each command lives in its own module
+with `register(subparsers)`.
 
 A command's handler returns an exit code; an `ExplorerError` becomes a one-line message and exit code 2.
 """
@@ -9,24 +10,42 @@ import argparse
 import importlib
 import sys
 
+from explorer import __version__
 from explorer.errors import ExplorerError
 
-COMMAND_MODULES = ["explorer.cli.trace_cmd", "explorer.cli.analysis_cmds", "explorer.cli.lens_cmd",
-                   "explorer.cli.equivalence_cmd"]
+COMMAND_MODULES = ["explorer.cli.app_cmd", "explorer.cli.trace_cmd", "explorer.cli.analysis_cmds",
+                   "explorer.cli.lens_cmd", "explorer.cli.equivalence_cmd"]
+PROG = "llm-explorer"
+DESCRIPTION = """Step through one real LLM inference, prefill then decode, stop by stop: every tensor
+shape, the attention, the KV cache, the sampling and each operator on the roofline. It runs the
+embedded SmolLM2-135M-Instruct offline, any Hugging Face causal LM, or any config shape-only."""
+EXAMPLES = """examples:
+  {prog} app                                # the browser app, at http://127.0.0.1:7860
+  {prog} app --model Qwen/Qwen3-0.6B --port 7861
+  {prog} trace "What is the capital of France?" --steps 8
+  {prog} trace --config qwen3-8b --prompt-tokens 17   # shape-only: no weights
+  {prog} info --config qwen3-0.6b
+  {prog} roofline --config llama-3-8b --stage decode --batch 64
+  {prog} lens "The capital of France is"      # each layer's top-1 at the last position
+  {prog} equivalence "The capital of France is"
+
+'{prog} COMMAND --help' gives a command's options."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every command's sub-parser."""
-    parser = argparse.ArgumentParser(prog="python -m explorer", description=__doc__.splitlines()[0])
-    subparsers = parser.add_subparsers(dest="command", required=True)
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """The argument parser with every command's sub-parser; `prog` is the name the help shows."""
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION, epilog=EXAMPLES.format(prog=prog),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"llm-inference-explorer {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse `argv`, run the command, and return its exit code."""
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """Parse `argv` (default: the command line), run the command, and return its exit code."""
+    args = build_parser(prog).parse_args(argv)
     try:
         return args.handler(args)
     except ExplorerError as exc:

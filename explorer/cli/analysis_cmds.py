@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                f"default {DEFAULT_CONTEXT})")
     roofline.add_argument("--tokens", type=_positive, help=f"prefill: T, prompt tokens (default {DEFAULT_TOKENS})")
     roofline.add_argument("--hardware", default="h100-sxm",
-                          help=f"one of {', '.join(hardware_names())}, or a path to a JSON entry")
+                          help=f"one of {', '.join(hardware_names())} (measured: the CUDA GPU where there is "
+                               "one, else the CPU), or a path to a JSON entry")
     roofline.add_argument("--weight-dtype", choices=_DTYPES, default="bf16")
     roofline.add_argument("--act-dtype", choices=_DTYPES, default="bf16")
     roofline.add_argument("--kv-dtype", choices=_DTYPES, default="bf16")
@@ -72,9 +73,10 @@ def run_roofline(args: argparse.Namespace) -> int:
         merged_projections=args.merged, lm_head_all_positions=args.lm_head_all,
         fused_attention=args.fused_attention,
     )
+    from explorer.runner.devices import pick_device
     from explorer.runner.probe import resolve_hardware
 
-    hardware = resolve_hardware(args.hardware)
+    hardware = resolve_hardware(args.hardware, pick_device("auto"))  # this-machine: the GPU where there is one
     result = step_roofline(spec, step, hardware, options, by_op=not args.per_layer)
     print(_roofline_header(args.config, result))
     print(format_roofline_table(result))

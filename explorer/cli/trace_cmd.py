@@ -31,6 +31,8 @@ def register(subparsers) -> None:
     parser.add_argument("--prompt-tokens", type=int, help="give the prompt as a token count (shape-only)")
     parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     parser.add_argument("--system", help="system prompt for the chat template")
+    parser.add_argument("--thinking", action="store_true",
+                        help="let a thinking model reason first (Qwen3's chat template: enable_thinking; off by default)")
     parser.add_argument("--sample", action="store_true",
                         help="sample instead of greedy decoding (implied by any sampling setting below)")
     parser.add_argument("--temperature", type=float, default=1.0)
@@ -52,21 +54,21 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         ExplorerError: bad input (checked before the model loads where possible) or an unwritable --json.
     """
-    from explorer.runner.loading import load
+    from explorer.runner.loading import load, resolved_model_config
     from explorer.runner.session import InferenceSession
 
     settings = _settings(args)
     _check_early(args)
+    _check_layer(args.layer, resolved_model_config(model=args.model, config=args.config).num_hidden_layers)
     loaded = load(model=args.model, config=args.config, device=args.device, dtype=args.dtype,
                   progress=lambda message: print(message, file=sys.stderr))
     print(f"model: {loaded.description}")
     session = InferenceSession(loaded, settings)
     traces = [session.prefill(args.prompt, use_chat_template=not args.no_chat_template,
-                              system_prompt=args.system, prompt_tokens=args.prompt_tokens)]
+                              system_prompt=args.system, prompt_tokens=args.prompt_tokens,
+                              enable_thinking=args.thinking)]
     while len(traces) <= args.steps and not session.finished:
         traces.append(session.decode_step())
-    if not 0 <= args.layer < len(traces[0].kv):
-        raise ExplorerError(f"--layer must be in 0..{len(traces[0].kv) - 1} for this model.")
     print_journey(traces, session.text, args.layer)
     if args.json:
         _write_json(args.json, traces, session.attention)
@@ -92,6 +94,16 @@ def _check_early(args: argparse.Namespace) -> None:
         raise ExplorerError("--steps must be 0 or more.")
     if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
         raise ExplorerError(f"Cannot write the trace to {args.json}: give a file path in an existing folder.")
+
+
+def _check_layer(layer: int, n_layers: int) -> None:
+    """Refuse a layer the model lacks, from its config, before the model loads.
+
+    Raises:
+        ExplorerError: `layer` outside 0..n_layers - 1.
+    """
+    if not 0 <= layer < n_layers:
+        raise ExplorerError(f"--layer must be in 0..{n_layers - 1} for this model ({n_layers} layers).")
 
 
 def _write_json(path: Path, traces: list[StepTrace], attention: AttentionSource) -> None:

@@ -1,8 +1,10 @@
 """The roofline view: each operator of the prefill and of a decode step on a machine's roofline.
 
 Left: arithmetic intensity (FLOP/byte) against attainable FLOP/s, log-log, one point per operator
-summed over layers, the memory slope and compute roof of the chosen machine with its ridge point;
-optionally the measured points (analytic FLOPs over the traced wall time) as open markers. Right:
+summed over layers, the memory slope and compute roof of the chosen machine with its ridge point
+(for the datasheet entry of the device the steps ran on, also the roofs measured there, dashed:
+`explorer.figures.roofs`); optionally the measured points (analytic FLOPs over the traced wall
+time) as open markers. Right:
 each operator's time lower bound, so the operators that cost the time can be read by name.
 
 Costs come from `explorer.analysis` (`trace_costs`, computed once per step by the `Run`, with the
@@ -28,10 +30,17 @@ from explorer.figures.theme import (
     si_text,
     subplot_grid,
 )
+from explorer.figures.roofs import (
+    flops_unit,
+    measured_roof_label,
+    measured_roof_traces,
+    roof_labels,
+    roof_line,
+    roof_traces,
+    sources_text,
+)
 
 STAGE_COLOURS = {"prefill": PREFILL_COLOUR, "decode": DECODE_COLOUR}
-ROOF_COLOUR = "#333333"
-SMALL_FONT = {"size": 12}
 # Per-row operators (norms, softmax, residuals) have the same intensity in prefill and decode: the
 # smaller decode marker sits inside the prefill one instead of hiding it.
 MARKER_SIZES = {"prefill": 14, "decode": 8}
@@ -39,7 +48,8 @@ MARKER_SIZES = {"prefill": 14, "decode": 8}
 
 def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, measured: bool = False,
                     executed: list[StepCosts] | None = None, changes: list[str] | None = None,
-                    sweeps: tuple[tuple[str, tuple[StepCosts, ...]], ...] = ()) -> go.Figure:
+                    sweeps: tuple[tuple[str, tuple[StepCosts, ...]], ...] = (),
+                    measured_roofs: Hardware | None = None) -> go.Figure:
     """The prefill's and a decode step's operators on `hardware`'s roofline.
 
     Args:
@@ -55,6 +65,9 @@ def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, meas
         sweeps: ("batch", costs as B grows) and ("context", costs as n grows), see
             `explorer.analysis.measured.sweeps`: drawn as a line per weight GEMM (batch) and per
             attention product (context).
+        measured_roofs: where `hardware` is the datasheet entry of the device the steps ran on, its
+            roofs as measured there (`explorer.runner.probe`): drawn beside the datasheet's, and its
+            measured per-operator overhead gives the overhead ceilings the datasheet cannot.
 
     Returns:
         A figure with `layout.meta == {"view": "roofline", "step": step}`. Left panel: the trace
@@ -67,7 +80,9 @@ def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, meas
         "<stage> measured time" (bars, µs) beside the bounds and, where the machine's per-operator
         overhead was measured, "<stage> overhead ceiling" (per operator: its FLOPs over its launches
         times that overhead, the third roof). Where the machine's cache bandwidth was measured, the
-        dashed "cache roof". With sweeps, the traces
+        dashed "cache roof". With `measured_roofs`, the dashed "measured roofline" (same axes, in
+        the legend, its sources in the hover), its "measured ridge point" and a label "measured here".
+        With sweeps, the traces
         "batch sweep" and "context sweep" (lines through each operator's points, None between
         operators; customdata "op, B = b" or "op, n = n"). The annotation named "conventions" says
         how the cost model counted (merged or not, fused or not, LM head, formats) and the machine's
@@ -86,30 +101,44 @@ def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, meas
     intensities = [p.arithmetic_intensity for _, r in rooflines for p in r.points if p.cost.flops > 0 and p.cost.bytes]
     intensities += [p.arithmetic_intensity for _, rs in swept for r in rs for p in r.points
                     if p.cost.flops > 0 and p.cost.bytes]
-    x, y = roof_line(hardware, peak, min(intensities, default=1.0) / 3, max(intensities, default=1.0) * 3)
-    lowest = min([y[0]] + [cost.flops / s for ops in measured_by_stage.values() for cost, s in ops])
-    if hardware.op_overhead_s:  # the overhead ceilings sit under the measured points
-        lowest = min([lowest] + [cost.flops / (c.launches.get(cost.name, 1) * hardware.op_overhead_s)
+    machines = [(hardware, peak, peak_dtype)]
+    if measured_roofs is not None:
+        machines.append((measured_roofs, *measured_roofs.peak_flops_per_s(stages[0].precision.activations)))
+    ridges = [m_peak / m.memory_bandwidth_bytes_per_s for m, m_peak, _ in machines]
+    x_min = min([min(intensities, default=1.0) / 3] + [r / 2 for r in ridges])
+    x_max = max([max(intensities, default=1.0) * 3] + [r * 16 for r in ridges])
+    x, y = roof_line(hardware, peak, x_min, x_max)
+    overhead_s = hardware.op_overhead_s or (measured_roofs.op_overhead_s if measured_roofs else 0.0)
+    lowest = min([x[0] * m.memory_bandwidth_bytes_per_s for m, _, _ in machines]
+                 + [cost.flops / s for ops in measured_by_stage.values() for cost, s in ops])
+    if overhead_s:  # the overhead ceilings sit under the measured points
+        lowest = min([lowest] + [cost.flops / (c.launches.get(cost.name, 1) * overhead_s)
                                  for c in stages if measured for cost, _ in c.measured])
     scale, unit = flops_unit(peak)
     roof_title = f"Roofline of {hardware.name} ({peak_dtype} peak)<br>operators summed over layers"
     layout, cells = subplot_grid([roof_title, "Time lower bound per operator"], rows=1, cols=2,
                                  column_widths=[0.64, 0.36], horizontal_spacing=0.2)
     data = roof_traces(hardware, (x, y), scale, unit) + [sweep_trace(name, rs, scale) for name, rs in swept]
+    if measured_roofs is not None:
+        _, m_peak, m_dtype = machines[1]
+        corners = roof_line(measured_roofs, m_peak, x_min, x_max)
+        data += measured_roof_traces(measured_roofs, corners, m_dtype, scale, unit)
+        layout["annotations"].append(measured_roof_label(measured_roofs, corners, m_dtype, scale, unit, peak))
     for costs, roofline in rooflines:
         data.append(analytic_trace(roofline, scale))
         data.append({**time_trace(roofline), **cells[1, 2]})
         if measured_by_stage.get(costs.stage):
             ops = measured_by_stage[costs.stage]
-            data.append(measured_trace(costs.stage, ops, scale, unit, costs.device, roofline))
+            data.append(measured_trace(costs.stage, ops, scale, unit, costs.device, roofline, measured_roofs))
             data.append({**measured_time_trace(costs.stage, ops), **cells[1, 2]})
-            if hardware.op_overhead_s:
-                data.append(overhead_trace(costs, hardware.op_overhead_s, scale))
+            if overhead_s:
+                data.append(overhead_trace(costs, overhead_s, scale))
     layout["annotations"] += roof_labels(hardware, (x, y), peak_dtype, scale, unit)
-    layout["annotations"].append(conventions_note(stages[-1], hardware, peak_dtype))
+    layout["annotations"].append(conventions_note(stages[-1], hardware, peak_dtype, measured_roofs))
     layout["xaxis"].update(type="log", range=[np.log10(x[0]), np.log10(x[-1])], exponentformat="none",
                            title={"text": "arithmetic intensity (FLOP/byte)"})
-    layout["yaxis"].update(type="log", range=[np.log10(lowest / scale / 4), np.log10(peak / scale * 4)],
+    highest = max(m_peak for _, m_peak, _ in machines)
+    layout["yaxis"].update(type="log", range=[np.log10(lowest / scale / 4), np.log10(highest / scale * 4)],
                            title={"text": f"attainable FLOP/s ({unit})"}, exponentformat="none",
                            separatethousands=True)
     layout["xaxis2"].update(type="log", title={"text": "time lower bound (µs)"}, exponentformat="none")
@@ -123,68 +152,6 @@ def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, meas
     return set_layout(fig, margin={"l": 60, "r": 20, "t": 44 + 22 * lines, "b": 110},
                       title={**fig.layout.title.to_plotly_json(), "yref": "container", "y": 1, "yanchor": "top",
                              "pad": {"t": 14}})
-
-
-def flops_unit(peak_flops_per_s: float) -> tuple[float, str]:
-    """(divisor, name) of the FLOP/s unit in which the machine's peak reads 1 to 999 (TFLOP/s, GFLOP/s
-    or MFLOP/s)."""
-    for divisor, name in ((1e12, "TFLOP/s"), (1e9, "GFLOP/s")):
-        if peak_flops_per_s >= divisor:
-            return divisor, name
-    return 1e6, "MFLOP/s"
-
-
-def roof_line(hardware: Hardware, peak_flops_per_s: float, x_min: float, x_max: float) -> tuple[np.ndarray, np.ndarray]:
-    """The roofline's corners: x [3] float64 FLOP/byte (x_min, ridge, x_max), y [3] FLOP/s = min(peak, x * bw)."""
-    ridge = peak_flops_per_s / hardware.memory_bandwidth_bytes_per_s
-    x = np.array([min(x_min, ridge / 2), ridge, max(x_max, ridge * 16)])
-    return x, np.minimum(peak_flops_per_s, x * hardware.memory_bandwidth_bytes_per_s)
-
-
-def roof_traces(hardware: Hardware, corners: tuple[np.ndarray, np.ndarray], scale: float, unit: str) -> list[dict]:
-    """The roofline through its corners and its ridge point, as scatter trace dicts on the left panel.
-
-    Args:
-        hardware: the machine.
-        corners: `roof_line`'s x [3] FLOP/byte and y [3] FLOP/s.
-        scale: FLOP/s per unit of the y axis (see `flops_unit`); unit: its name.
-    """
-    x, y = corners
-    ridge, peak = x[1], y[1]
-    cache = []
-    if hardware.cache_bandwidth_bytes_per_s > hardware.memory_bandwidth_bytes_per_s:
-        cache_x = np.array([x[0], peak / hardware.cache_bandwidth_bytes_per_s])
-        cache = [{"type": "scatter", "name": "cache roof", "x": cache_x.astype(np.float32),
-                  "y": (cache_x * hardware.cache_bandwidth_bytes_per_s / scale).astype(np.float32), "mode": "lines",
-                  "line": {"color": ROOF_COLOUR, "width": 1, "dash": "dash"}, "showlegend": False,
-                  "hovertemplate": f"cache slope {si_text(hardware.cache_bandwidth_bytes_per_s, 'B/s')}: a weight "
-                                   "that stays in the caches is read this fast<extra></extra>"}]
-    return cache + [
-        {"type": "scatter", "name": "roofline", "x": x.astype(np.float32), "y": (y / scale).astype(np.float32),
-         "mode": "lines", "line": {"color": ROOF_COLOUR, "width": 2}, "showlegend": False,
-         "hovertemplate": "%{x:.3g} FLOP/byte: at most %{y:.3g} " + unit + "<extra></extra>"},
-        {"type": "scatter", "name": "ridge point", "x": np.array([ridge], np.float32),
-         "y": np.array([peak / scale], np.float32), "mode": "markers", "showlegend": False,
-         "marker": {"color": ROOF_COLOUR, "size": 9, "symbol": "diamond"},
-         "hovertemplate": f"ridge point {ridge:.3g} FLOP/byte<extra></extra>"},
-    ]
-
-
-def roof_labels(hardware: Hardware, corners: tuple[np.ndarray, np.ndarray], peak_dtype: str, scale: float,
-                unit: str) -> list[dict]:
-    """Annotations placed where no point can be: below the memory slope's left end, below the roof
-    right of the ridge, above the compute roof's right end (x and y in log10, as log axes want)."""
-    x, y = corners
-    ridge, peak = x[1], y[1]
-    labels = [
-        (ridge, peak, f"ridge {ridge:,.0f} FLOP/byte", "left", "top", 6, -10),
-        (x[-1], peak, f"compute roof {peak / scale:,.3g} {unit} ({peak_dtype})", "right", "bottom", 0, 10),
-        (x[0] * 1.2, y[0] * 1.2, f"memory slope {si_text(hardware.memory_bandwidth_bytes_per_s, 'B/s')}",
-         "left", "top", 8, -8),
-    ]
-    return [{"x": np.log10(lx), "y": np.log10(ly / scale), "xref": "x", "yref": "y", "text": text,
-             "showarrow": False, "xanchor": xanchor, "yanchor": yanchor, "xshift": xshift, "yshift": yshift,
-             "font": SMALL_FONT} for lx, ly, text, xanchor, yanchor, xshift, yshift in labels]
 
 
 def analytic_trace(roofline: StepRoofline, scale: float) -> dict:
@@ -208,16 +175,19 @@ def analytic_trace(roofline: StepRoofline, scale: float) -> dict:
 
 
 def measured_trace(stage: str, ops: list[tuple[OpCost, float]], scale: float, unit: str, device: str,
-                   roofline: StepRoofline | None = None) -> dict:
+                   roofline: StepRoofline | None = None, measured_roofs: Hardware | None = None) -> dict:
     """A scatter trace dict, left panel: open markers at (analytic intensity, analytic FLOPs / measured
     seconds / scale); with the stage's `roofline`, each hover sets the measured time beside the lower
-    bound and says what share of the machine's bandwidth and peak the operator reached."""
+    bound and says what share of the machine's bandwidth and peak the operator reached (and of the
+    bandwidth measured here, with `measured_roofs`)."""
     achieved = np.array([cost.flops / seconds for cost, seconds in ops])
     bounds = {p.cost.name: p for p in roofline.points} if roofline else {}
     hover = [
         f"<b>{cost.name}</b> ({stage}, measured on {plain_label(device)})<br>{si_text(cost.flops, 'FLOP')} in "
         f"{_duration(seconds)}<br>achieved {rate / scale:.3g} {unit}<br>"
         f"intensity {cost.arithmetic_intensity:.3g} FLOP/byte" + _against_bound(bounds.get(cost.name), seconds)
+        + (f", {cost.bytes / seconds / measured_roofs.memory_bandwidth_bytes_per_s:.1%} of the bandwidth measured "
+           "here" if measured_roofs else "")
         for (cost, seconds), rate in zip(ops, achieved, strict=True)
     ]
     return {
@@ -316,8 +286,10 @@ def sweep_trace(name: str, rooflines: list[StepRoofline], scale: float) -> dict:
             "marker": {"size": 4}, "hovertemplate": "%{customdata}<extra>" + name + " sweep</extra>"}
 
 
-def conventions_note(costs: StepCosts, hardware: Hardware, peak_dtype: str) -> dict:
-    """How the cost model counted the steps and the machine's numbers; their sources on hover."""
+def conventions_note(costs: StepCosts, hardware: Hardware, peak_dtype: str,
+                     measured_roofs: Hardware | None = None) -> dict:
+    """How the cost model counted the steps and the machine's numbers (and those measured here, with
+    `measured_roofs`); their sources on hover."""
     options, p = costs.options, costs.precision
     words = ["q/k/v and gate/up merged" if options.merged_projections else "projections unmerged (as transformers runs them)",
              "fused attention (scores stay on chip)" if options.fused_attention else "eager attention (scores written)",
@@ -326,7 +298,12 @@ def conventions_note(costs: StepCosts, hardware: Hardware, peak_dtype: str) -> d
     peak, _ = hardware.peak_flops_per_s(peak_dtype)
     machine = (f"{plain_label(hardware.name)}: {si_text(peak, 'FLOP/s')} {peak_dtype}, "
                f"{si_text(hardware.memory_bandwidth_bytes_per_s, 'B/s')}")
-    sources = "<br>".join(f"{plain_label(field)}: {plain_label(source)}" for field, source in hardware.sources.items())
+    sources = sources_text(hardware)
+    if measured_roofs is not None:
+        m_peak, m_dtype = measured_roofs.peak_flops_per_s(peak_dtype)
+        machine += (f"; measured here {si_text(m_peak, 'FLOP/s')} {m_dtype}, "
+                    f"{si_text(measured_roofs.memory_bandwidth_bytes_per_s, 'B/s')}")
+        sources += "<br>measured here:<br>" + sources_text(measured_roofs)
     return {"name": "conventions", "text": "Counted with " + " · ".join(words) + "<br>" + machine
             + " (hover: sources) · what-ifs (batch, context, formats): the settings, key S",
             "hovertext": sources or "no sources", "xref": "paper", "yref": "paper", "x": 0, "y": 0,

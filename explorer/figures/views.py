@@ -78,6 +78,8 @@ class ViewData:
             its costs as n grows), each a tuple of `StepCosts`.
         hardware: roofline view: the machine.
         measured: roofline view: the steps ran on `hardware`, so their measured points belong on it.
+        measured_roofs: roofline view, where `hardware` is the datasheet entry of the device the steps
+            ran on: that device's roofs as the probe measured them, drawn beside the datasheet's.
         preview: sampling view: the shown step's stored logits sampled again with other settings.
         stop_costs: forward-pass view: the analytic cost of each stop of the shown layer and outside
             the layers, by canonical name, for the prefill then the shown decode step; empty where
@@ -93,6 +95,7 @@ class ViewData:
     sweeps: tuple[tuple[str, tuple[StepCosts, ...]], ...] = ()
     hardware: Hardware | None = None
     measured: bool = False
+    measured_roofs: Hardware | None = None
     preview: SamplingRecord | None = None
     stop_costs: tuple[dict[str, OpCost], ...] = ()
     sinks: np.ndarray | None = None
@@ -174,7 +177,8 @@ def fig_roofline(data: ViewData, options: ViewOptions) -> go.Figure:
         return empty_figure("roofline", "The cost model does not know this model family.")
     return roofline_figure(list(data.costs), data.hardware, data.run.step(options.step).step_index,
                            measured=data.measured and not options.what_if.active, executed=list(data.executed),
-                           changes=options.what_if.changes(), sweeps=data.sweeps)
+                           changes=options.what_if.changes(), sweeps=data.sweeps,
+                           measured_roofs=data.measured_roofs)
 
 
 def fig_lens(data: ViewData, options: ViewOptions) -> go.Figure:

@@ -9,10 +9,9 @@ where accelerate's `device_map="auto"` can spread the layers), before any weight
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
+import psutil
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -186,8 +185,8 @@ def estimate_weight_bytes(config, dtype: torch.dtype) -> int:
 def free_memory_bytes(device: torch.device) -> int:
     """Memory available for new allocations on `device`, in bytes.
 
-    CPU: MemAvailable from /proc/meminfo (the kernel's estimate of memory usable without swapping,
-    see the kernel's Documentation/filesystems/proc.rst), else free physical pages from `os.sysconf`.
+    CPU: `psutil.virtual_memory().available` (on Linux the kernel's MemAvailable, its estimate of
+    memory usable without swapping; on macOS and Windows the system's own equivalent).
     CUDA: the free bytes reported by `torch.cuda.mem_get_info`.
     MPS: Metal's recommended working-set size less what the driver has allocated
     (`torch.mps.recommended_max_memory`, `torch.mps.driver_allocated_memory`).
@@ -196,12 +195,7 @@ def free_memory_bytes(device: torch.device) -> int:
         return torch.cuda.mem_get_info(device)[0]
     if device.type == "mps":
         return torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory()
-    meminfo = Path("/proc/meminfo")
-    if meminfo.is_file():
-        for line in meminfo.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024  # the file gives kB
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return psutil.virtual_memory().available
 
 
 @dataclass(frozen=True)

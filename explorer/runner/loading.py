@@ -37,12 +37,13 @@ from explorer.runner.devices import (
 from explorer.runner.embedded import Progress, report
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_MODEL", "MEMORY_HEADROOM", "LoadedModel", "cache_dir", "estimate_weight_bytes",
-           "free_memory_bytes", "load", "load_model", "load_shape_only", "preset_has_tokenizer", "warm_up"]
+           "free_memory_bytes", "load", "load_model", "load_shape_only", "preset_has_tokenizer",
+           "resolved_model_config", "warm_up"]
 
 DEFAULT_MODEL = embedded.NAME
 # The shape-only preset whose vocabulary is the embedded model's (SmolLM2-135M base and Instruct share it).
@@ -96,6 +97,27 @@ def load(model: str | None = None, config: str | None = None, device: str = "aut
     if config is not None:
         return load_shape_only(config)
     return load_model(model or DEFAULT_MODEL, device=device, dtype=dtype, progress=progress)
+
+
+def resolved_model_config(model: str | None = None, config: str | None = None) -> PretrainedConfig:
+    """The transformers config of what `load(model, config)` would load, read without any weight, so
+    that arguments are checked against it before any model work (a layer number, say).
+
+    The embedded model's is its converted `config.json`; before its first conversion, the
+    `smollm2-135m` preset's (the Instruct model is a fine-tune of that base: same dimensions).
+
+    Raises:
+        UnknownPresetError, ConfigError, ModelLoadError: as `load` would for the same arguments.
+    """
+    if config is not None:
+        return transformers_config(load_hf_config(config), config)
+    name = model or DEFAULT_MODEL
+    if name == DEFAULT_MODEL:
+        folder = embedded.converted_dir()
+        if not embedded.is_converted(folder):
+            return transformers_config(load_hf_config(SMOLLM2_PRESET), SMOLLM2_PRESET)
+        return _pretrained_config(str(folder), name)
+    return _pretrained_config(_source(name), name)
 
 
 def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: str = "auto",

@@ -138,6 +138,7 @@ class InferenceSession:
         system_prompt: str | None = None,
         prompt_tokens: int | None = None,
         on_layer: Callable[[int, int], None] | None = None,
+        enable_thinking: bool = False,
     ) -> StepTrace:
         """Run the whole prompt through the model on a fresh cache and choose the first token.
 
@@ -148,6 +149,9 @@ class InferenceSession:
             prompt_tokens: a prompt given as a token count T (ids are placeholders: shape-only mode).
             on_layer: called as (layer index, layer count) once each layer's attention has run, to show
                 a long prefill's progress.
+            enable_thinking: passed to the chat template as `enable_thinking` (Qwen3's switch: off, its
+                template ends the generation prompt with an empty <think></think> block, so the model
+                answers at once; on, it may reason in <think> first). Templates without it ignore it.
 
         Raises:
             PromptError: empty prompt, a lone surrogate in the prompt or system prompt, no tokenizer for
@@ -157,7 +161,7 @@ class InferenceSession:
                 the tokenizer runs).
         """
         start = time.perf_counter()
-        ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens)
+        ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking)
         tokenize = OpRecord("tokenize", "tokenize", None, [], [[1, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
         with self._step_lock:
@@ -166,7 +170,7 @@ class InferenceSession:
             self._generator_states = []
             self.run = self._new_run()
             self.run.prompt = PromptInputs(prompt if prompt_tokens is None else None, bool(use_chat_template),
-                                           system_prompt or "", prompt_tokens)
+                                           system_prompt or "", prompt_tokens, bool(enable_thinking))
             self.attention.reset()
             self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
             n_layers = self.loaded.model.config.num_hidden_layers
@@ -291,13 +295,14 @@ class InferenceSession:
         q_len, kv_len = trace.attention[layer].shape[1:]  # a sliding-window layer sees only its last kv_len keys
         return recorder.attention[layer][:, -q_len:, -kv_len:]
 
-    def prompt_ids(self, prompt: str, use_chat_template: bool = True, system_prompt: str | None = None) -> list[int]:
+    def prompt_ids(self, prompt: str, use_chat_template: bool = True, system_prompt: str | None = None,
+                   enable_thinking: bool = False) -> list[int]:
         """The token ids a prefill of `prompt` would feed (the same checks; raises `PromptError` as `prefill`)."""
-        return self._tokenize(prompt, use_chat_template, system_prompt, None)
+        return self._tokenize(prompt, use_chat_template, system_prompt, None, enable_thinking)
 
-    def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens) -> list[int]:
+    def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking) -> list[int]:
         if prompt_tokens is None:
-            ids = self._encode(prompt, use_chat_template, system_prompt)
+            ids = self._encode(prompt, use_chat_template, system_prompt, enable_thinking)
             self._check_length(len(ids))
             return ids
         if not self.loaded.shape_only:
@@ -319,7 +324,8 @@ class InferenceSession:
             raise PromptError(f"The prompt is {n_tokens} tokens; here the limit is {self.max_prompt_tokens}. "
                               + self.limit_advice)
 
-    def _encode(self, prompt: str | None, use_chat_template: bool, system_prompt: str | None) -> list[int]:
+    def _encode(self, prompt: str | None, use_chat_template: bool, system_prompt: str | None,
+                enable_thinking: bool) -> list[int]:
         tokenizer = self.loaded.tokenizer
         if tokenizer is None:
             raise PromptError("This model has no tokenizer here: give the prompt as a token count.")
@@ -332,7 +338,8 @@ class InferenceSession:
         if use_chat_template and tokenizer.chat_template:
             messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
             messages.append({"role": "user", "content": prompt})
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                                 enable_thinking=bool(enable_thinking))
             return tokenizer(text, add_special_tokens=False)["input_ids"]
         return tokenizer(prompt)["input_ids"]
 

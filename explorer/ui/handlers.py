@@ -37,14 +37,16 @@ from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.views import Visit, render
 
 # The handlers' inputs by component name (`explorer.ui.layout` wires them by these names), in order.
-PROMPT_INPUTS = ("model_choice", "custom_model", "prompt", "prompt_tokens", "use_chat_template", "system_prompt")
+PROMPT_INPUTS = ("model_choice", "custom_model", "prompt", "prompt_tokens", "use_chat_template", "system_prompt",
+                 "enable_thinking")
 SAMPLING_FIELDS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "seed", "max_new_tokens")  # settings_from
 VIEW_INPUTS = ("layer", "average", "hardware", "shown", "presenter", "zoom", "what_if")  # step_outputs' view controls
 # the roofline's what-if controls, in `scenario_from` order
 WHAT_IF_FIELDS = ("wi_batch", "wi_context", "wi_tokens", "wi_weights", "wi_activations", "wi_kv", "wi_merged", "wi_fused",
                   "wi_lm_head_all")
 SAMPLING_INPUTS = len(SAMPLING_FIELDS)
-RESTORED_INPUTS = ("prompt", "prompt_tokens", "use_chat_template", "system_prompt", *SAMPLING_FIELDS)  # a loaded run's
+RESTORED_INPUTS = ("prompt", "prompt_tokens", "use_chat_template", "system_prompt", "enable_thinking",
+                   *SAMPLING_FIELDS)  # a loaded run's
 EMPTY_VIEW = "Type a prompt and press Prefill."
 EQUIVALENCE_EMPTY = "Prefill a prompt, then run the experiment: the same logits computed equivalent ways."
 APP_EQUIVALENCE_STEPS = 8  # the experiment holds the shared model: few steps in the app (the CLI takes 32)
@@ -94,10 +96,10 @@ class ServedHandlers:
 
         Args:
             inputs: model choice, custom model, prompt, prompt tokens, chat template on, system prompt,
-                then the sampling and view controls.
+                thinking on, then the sampling and view controls.
 
         Returns the step outputs."""
-        model_choice, custom_model, prompt, prompt_tokens, use_chat_template, system_prompt, *controls = inputs
+        model_choice, custom_model, prompt, prompt_tokens, use_chat_template, system_prompt, thinking, *controls = inputs
         sampling, view_controls = controls[:SAMPLING_INPUTS], controls[SAMPLING_INPUTS:]
         settings = allowed_settings(settings_from(*sampling), self.served.limits)
         loaded = self.served.registry.get(model_choice, custom_model)
@@ -110,7 +112,8 @@ class ServedHandlers:
             session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62), on_layer=on_layer)
         else:
             session.prefill(prompt, use_chat_template=use_chat_template,
-                            system_prompt=(system_prompt or "").strip() or None, on_layer=on_layer)
+                            system_prompt=(system_prompt or "").strip() or None, on_layer=on_layer,
+                            enable_thinking=bool(thinking))
         visit = Visit.start(session, self.served.limits)
         self.served.live.admit(_page(request), visit, client_address(request))  # refused if the page closed
         return step_outputs(visit, *view_controls)
@@ -120,7 +123,7 @@ class ServedHandlers:
         shape-only model without a tokenizer, a prompt length (the text box then says it is not used)."""
         text = self.served.registry.takes_text(choice)
         return (gr.update(label=prompt_label(text)), gr.update(visible=not text), gr.update(visible=text),
-                gr.update(visible=text))
+                gr.update(visible=text), gr.update(visible=text))
 
     def on_reset_click(self, request: gr.Request | None = None):
         """Forget the page's session once the person confirmed it (its memory is freed): empty state,
@@ -499,11 +502,11 @@ def restored_controls(run: Run) -> tuple:
     of its latest step (shape-only mode samples nothing: those stay too)."""
     prompt = run.prompt
     if prompt is None:
-        prompt_values = [gr.skip()] * 4
+        prompt_values = [gr.skip()] * 5
     else:
         prompt_values = [gr.skip() if prompt.text is None else prompt.text,
                          gr.skip() if prompt.prompt_tokens is None else prompt.prompt_tokens,
-                         prompt.use_chat_template, prompt.system_prompt]
+                         prompt.use_chat_template, prompt.system_prompt, prompt.enable_thinking]
     sampling = run.latest.sampling
     settings = [gr.skip()] * len(SAMPLING_FIELDS) if sampling is None else [
         sampling.settings[name] for name in SAMPLING_FIELDS]

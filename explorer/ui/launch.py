@@ -1,4 +1,4 @@
-"""The app's command line: load the model, build the app, serve it (`python app.py`, `space/app.py`)."""
+"""The app's command line: load the model, build the app, serve it (`python app.py`, `llm-explorer app`, `space/app.py`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,20 @@ import sys
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 
+DESCRIPTION = ("Start the LLM Inference Explorer in the browser: type a prompt, then step through the model's "
+               "prefill and decode steps, with every tensor shape, the attention, the KV cache, the sampling "
+               "and the roofline. Open the address it prints (http://127.0.0.1:7860 by default).")
+
+
 def parser() -> argparse.ArgumentParser:
-    """The launcher's options."""
-    parser = argparse.ArgumentParser(description="Start the LLM Inference Explorer in the browser.")
+    """The launcher's options (`python app.py`)."""
+    parser = argparse.ArgumentParser(description=DESCRIPTION)
+    add_arguments(parser)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the app's options to `parser` (`python app.py` and `llm-explorer app` share them)."""
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
     source.add_argument("--config", help="shape-only: a preset name or a config.json path")
@@ -21,28 +32,39 @@ def parser() -> argparse.ArgumentParser:
                         help="auto: bfloat16 on CUDA (float16 where it lacks bfloat16), float32 on CPU and MPS")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                         help="address to serve on (default: $GRADIO_SERVER_NAME or 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+    parser.add_argument("--port", type=_port, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
                         help="port (default: $GRADIO_SERVER_PORT or 7860)")
     parser.add_argument("--hosted", action="store_true", default=None,
                         help="hosted mode: allow-listed models only, shorter prompts and runs, bounded queue "
                              "(on by itself where $SPACE_ID is set, as on Hugging Face Spaces)")
     parser.add_argument("--max-prompt-tokens", type=int, help="longest prompt the app accepts (default 2048; "
                         "hosted 512)")
-    return parser
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is in 1..65535, not {port}")
+    return port
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Parse `argv` (default: the command line), load the model and serve the app until interrupted.
+    """Parse `argv` (default: the command line), load the model and serve the app until interrupted."""
+    serve(parser().parse_args(argv))
 
-    Exits with a one-line "error: ..." message when the model cannot be loaded or the port is taken.
+
+def serve(args: argparse.Namespace) -> None:
+    """Load the model `args` names and serve the app until interrupted.
+
+    Exits with a one-line "error: ..." message when the installed package lacks a file the page
+    reads (checked before any model work), the model cannot be loaded or the port is taken.
     """
-    args = parser().parse_args(argv)
-
     from explorer.errors import ExplorerError
     from explorer.runner.devices import pick_device
     from explorer.runner.loading import load
     from explorer.ui.hosting import limits_for
     from explorer.ui.layout import build_demo, launch_options
+    from explorer.ui.static import check_assets
 
     limits = limits_for(args.hosted)
     if args.max_prompt_tokens is not None:
@@ -51,6 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         limits = dataclasses.replace(limits, max_prompt_tokens=args.max_prompt_tokens)
 
     try:
+        check_assets()
         device = pick_device(args.device)
         loaded = load(model=args.model, config=args.config, device=device, dtype=args.dtype,
                       progress=lambda message: print(message, file=sys.stderr))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import gradio as gr
 
@@ -30,8 +29,8 @@ from explorer.ui.handlers import PROMPT_INPUTS, SAMPLING_FIELDS, VIEW_INPUTS, WH
 from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
 from explorer.ui.links import LINK_FIELDS, RANGES
 from explorer.ui.models import ModelRegistry
+from explorer.ui.static import asset_text
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
 MODEL_QUEUE = "model"  # every event that may run the model shares one queue
 # Gradio drops a page's state (its Visit) an hour after its last event; the session's memory is freed
 # sooner, when its page closes or its lease runs out (hosting.LiveSessions).
@@ -70,7 +69,7 @@ PRESENTER_JS = "(...values) => { document.body.classList.toggle('presenter', val
 @functools.cache
 def examples() -> tuple[dict, ...]:
     """The ready examples shipped in assets/examples.json: label, prompt and sampling settings (read once)."""
-    return tuple(json.loads((ASSETS / "examples.json").read_text(encoding="utf-8")))
+    return tuple(json.loads(asset_text("examples.json")))
 
 
 def launch_options(limits: Limits = LOCAL) -> dict:
@@ -78,8 +77,8 @@ def launch_options(limits: Limits = LOCAL) -> dict:
     24+ would be needed), no run history kept in the browser, Gradio's own per-page records
     bounded (about 0.5 MB each; it keeps 10,000 by default), and uploads capped at
     `limits.max_upload_bytes` (Gradio stops reading a larger one and deletes what it wrote)."""
-    return {"css": (ASSETS / "app.css").read_text(encoding="utf-8"),
-            "head": (ASSETS / "shortcuts.js").read_text(encoding="utf-8"),
+    return {"css": asset_text("app.css"),
+            "head": asset_text("shortcuts.js"),
             "ssr_mode": False, "run_history": False, "state_session_capacity": 10 * limits.max_sessions,
             "max_file_size": limits.max_upload_bytes}
 
@@ -173,10 +172,12 @@ def _model_controls(app: ServedHandlers, loaded: LoadedModel) -> dict[str, gr.co
     prompt_tokens = gr.Number(17, label="Prompt length in tokens (shape-only models without a tokenizer)",
                               precision=0, minimum=1, elem_id="prompt-tokens", visible=not text)
     chat_template = gr.Checkbox(True, label="Use the chat template", elem_id="chat-template", visible=text)
+    thinking = gr.Checkbox(False, label="Thinking (Qwen3's enable_thinking)",
+                           elem_id="enable-thinking", visible=text)
     system_prompt = gr.Textbox(label="System prompt (optional, chat template only)", elem_id="system-prompt",
                                visible=text, max_length=most_chars)
     return {"model_choice": model_select, "custom_model": custom_model, "prompt_tokens": prompt_tokens,
-            "use_chat_template": chat_template, "system_prompt": system_prompt}
+            "use_chat_template": chat_template, "system_prompt": system_prompt, "enable_thinking": thinking}
 
 
 def _view_settings(loaded: LoadedModel) -> dict[str, gr.components.Component]:
@@ -330,7 +331,8 @@ def _step_outputs(c: dict) -> list:
 def _wire_model(c: dict, app: ServedHandlers) -> None:
     """A model picked from the menu sets the prompt's label and the controls its tokenizer allows."""
     c["model_choice"].input(app.on_model_select, c["model_choice"],
-                            _named(c, ("prompt", "prompt_tokens", "use_chat_template", "system_prompt")),
+                            _named(c, ("prompt", "prompt_tokens", "use_chat_template", "system_prompt",
+                                       "enable_thinking")),
                             api_visibility="private")
 
 

@@ -15,10 +15,9 @@ from explorer.errors import ExplorerError, SessionStateError
 from explorer.figures.theme import empty_figure, plain_label
 from explorer.figures.views import VIEWS
 from explorer.lesson import PAGES, LessonInputs, LessonPage, page_layer, page_text
-from explorer.runner.probe import resolve_hardware
 from explorer.ui import handlers
 from explorer.ui.toasts import shows_errors
-from explorer.ui.views import Visit, every_layer_sinks
+from explorer.ui.views import Visit, every_layer_sinks, roofline_machine
 
 # After the step outputs: the lesson's panel, its text, its page index, the view tabs, the view on
 # screen, the roofline's what-if and its batch box.
@@ -56,7 +55,7 @@ def lesson_outputs(visit: Visit, index: int, average: bool, hardware: str, prese
     n_layers = len(run.steps[0].kv)
     layer, step = page_layer(page, n_layers), len(run.steps) - 1
     scenario = Scenario(batch=page.batch)
-    machine = resolve_hardware(hardware)
+    machine = roofline_machine(visit, hardware)
     attention = visit.attention.probs(step, layer) if visit.attention.has(step, layer) else None
     sinks = every_layer_sinks(visit, step) if page.key == "sinks" and not run.steps[step].shape_only else None
     text = page_text(page, LessonInputs(run, step, layer, machine, attention, sinks, visit.sink_threshold,

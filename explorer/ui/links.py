@@ -32,6 +32,7 @@ FIELDS = {
     "custom_model": ("custom_model", str),
     "chat": ("use_chat_template", _flag),
     "system": ("system_prompt", str),
+    "thinking": ("enable_thinking", _flag),
     "sample": ("do_sample", _flag),
     "temperature": ("temperature", _finite),
     "top_k": ("top_k", int),

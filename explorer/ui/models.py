@@ -33,9 +33,10 @@ class ModelRegistry:
         self._lock = threading.Lock()
 
     def choices(self) -> list[str]:
-        """The model menu: the start-up model, then each shape-only preset."""
+        """The model menu: the start-up model, the allowed hub models (a hosted app's), then each
+        shape-only preset."""
         presets = [SHAPE_ONLY_PREFIX + name for name in preset_names()]
-        return [self.default_choice] + [p for p in presets if p != self.default_choice]
+        return list(dict.fromkeys([self.default_choice, *(self.allowed or ()), *presets]))
 
     @property
     def default_choice(self) -> str:
@@ -76,7 +77,7 @@ class ModelRegistry:
             return self._extra[key]
 
     def _load(self, choice: str, custom: str) -> LoadedModel:
-        if custom:
-            return load_model(custom, device=self.device)
+        if custom or choice in (self.allowed or ()):
+            return load_model(custom or choice, device=self.device)
         return load_shape_only(choice.removeprefix(SHAPE_ONLY_PREFIX))
 

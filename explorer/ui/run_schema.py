@@ -53,6 +53,7 @@ OP_KEYS = tuple(f.name for f in fields(OpRecord))
 KV_KEYS = tuple(f.name for f in fields(KVSnapshot))
 SETTINGS_KEYS = tuple(f.name for f in fields(SamplingSettings))
 PROMPT_KEYS = tuple(f.name for f in fields(PromptInputs))
+OPTIONAL_PROMPT_KEYS = ("enable_thinking",)  # absent from runs saved before Qwen3's thinking switch
 
 DAMAGED = "The saved run is incomplete or damaged: "
 ADVICE = " Load the file as the explorer exported it (Export run), or export the run again."
@@ -160,8 +161,11 @@ def check_run(data: dict) -> None:
 
 def _check_prompt(prompt) -> None:
     """What the prefill was given: the prompt's text (or null with a token count), the chat-template
-    flag and the system prompt."""
-    _object(prompt, "prompt", PROMPT_KEYS, exact=True)
+    flag, the system prompt and (in runs saved since it exists) the thinking switch."""
+    required = tuple(key for key in PROMPT_KEYS if key not in OPTIONAL_PROMPT_KEYS)
+    _object(prompt, "prompt", required)
+    if not set(prompt) <= set(PROMPT_KEYS):
+        _fail("prompt", f"an object of {', '.join(PROMPT_KEYS)} (the last optional)")
     if prompt["text"] is None:
         _whole(prompt["prompt_tokens"], "prompt.prompt_tokens", low=1)
     else:
@@ -170,6 +174,8 @@ def _check_prompt(prompt) -> None:
             _fail("prompt.prompt_tokens", "null for a text prompt", prompt["prompt_tokens"])
     _flag(prompt["use_chat_template"], "prompt.use_chat_template")
     _text(prompt["system_prompt"], "prompt.system_prompt")
+    if "enable_thinking" in prompt:
+        _flag(prompt["enable_thinking"], "prompt.enable_thinking")
 
 
 def _check_trace(trace, where: str, index: int, run: _Run) -> None:

@@ -5,8 +5,9 @@ A `Visit` is what one browser tab holds (in `gr.State`): its `Run`, where that r
 from, and the live session that appends to it (None for a saved run). `view_data` fetches what the
 view on screen needs, and only that: the shown layer's attention at each step (a matrix a long
 session did not keep within its memory budget is recomputed from its kept queries and KV cache),
-the steps' costs (computed once per step), the roofline's machine (this machine is probed on its
-first use, here, not while drawing), and a sampling preview (sampling re-run on stored logits; the
+the steps' costs (computed once per step), the roofline's machine (the device the model runs on
+is probed on its first use, here, not while drawing: "this-machine", or the measured roofs drawn
+beside its datasheet entry), and a sampling preview (sampling re-run on stored logits; the
 model is not run).
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.analysis.hardware import THIS_MACHINE
+from explorer.analysis.hardware import THIS_MACHINE, Hardware
 from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, first_token_column_sum
 from explorer.config import SamplingSettings
@@ -26,7 +27,7 @@ from explorer.figures.sampling import same_sampling
 from explorer.figures.views import ViewData, ViewOptions, draw
 from explorer.run import AttentionSource, Run, SavedAttention
 from explorer.runner.devices import roofline_hardware_key
-from explorer.runner.probe import resolve_hardware
+from explorer.runner.probe import resolve_hardware, this_machine
 from explorer.runner.sampling import resample
 from explorer.runner.session import InferenceSession
 from explorer.trace import StepTrace
@@ -115,11 +116,14 @@ def view_data(visit: Visit, options: ViewOptions, view: str, preview: SamplingSe
         steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
         executed = tuple(run.costs(step) for step in steps)
         scenario = options.what_if
+        measured = _measured_on(visit, shown.device, options.hardware)
+        # a datasheet entry of the GPU the steps run on: its roofs as measured here beside them
+        measured_roofs = this_machine(shown.device) if measured and options.hardware != THIS_MACHINE else None
         costs = tuple(scenario_costs(run.spec, own, scenario) for own in executed) if scenario.active else executed
         return ViewData(run, costs=costs, executed=executed if scenario.active else (),
                         sweeps=sweeps(run.spec, executed[-1], scenario, run.config.get("max_position_embeddings") or 4096),
-                        hardware=resolve_hardware(options.hardware),
-                        measured=_measured_on(visit, shown.device, options.hardware))
+                        hardware=roofline_machine(visit, options.hardware),
+                        measured=measured, measured_roofs=measured_roofs)
     if view == "sampling" and preview is not None and shown.logits is not None and shown.sampling is not None \
             and not same_sampling(preview.to_dict(), shown.sampling.settings):
         # only settings that choose otherwise are a preview; the step's own are its record, not a re-draw
@@ -151,6 +155,16 @@ def render(visit: Visit, options: ViewOptions, view: str, preview: SamplingSetti
     """The figure of one view (one of `explorer.figures.views.VIEWS`); for
     the sampling view, `preview` applies other settings to the step's stored logits."""
     return draw(view, view_data(visit, options, view, preview), options)
+
+
+def roofline_machine(visit: Visit, hardware: str) -> Hardware:
+    """The roofline's machine: a catalogue entry or file, or "this-machine", the measured roofs of the
+    device the visit's model runs on (of the CPU for a saved run: its device is not this one).
+
+    Raises:
+        ConfigError: `hardware` is unknown.
+    """
+    return resolve_hardware(hardware, "cpu" if visit.saved else visit.run.latest.device)
 
 
 def _measured_on(visit: Visit, device: str, hardware: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,6 +154,15 @@ def test_mps_free_memory_is_metals_working_set_less_what_is_allocated(monkeypatc
     monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 48 * GIB)
     monkeypatch.setattr(torch.mps, "driver_allocated_memory", lambda: 6 * GIB)
     assert devices.free_memory_bytes(torch.device("mps")) == 42 * GIB
+
+
+@pytest.mark.skipif(not Path("/proc/meminfo").is_file(), reason="the kernel's own count is read on Linux")
+def test_cpu_free_memory_is_the_kernels_available_memory_not_its_free_pages():
+    """Against the kernel's MemAvailable (page cache that can be dropped counts as available, unlike
+    MemFree); both read within a moment, so equal within 256 MiB of other processes' churn."""
+    fields = dict(line.split(":") for line in Path("/proc/meminfo").read_text().splitlines())
+    available_bytes = int(fields["MemAvailable"].split()[0]) * 1024  # the file gives kB
+    assert abs(devices.free_memory_bytes(torch.device("cpu")) - available_bytes) < 256 * 2**20
 
 
 def save_tiny_llama(folder) -> None:

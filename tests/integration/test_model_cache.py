@@ -273,9 +273,9 @@ def test_the_machine_probe_on_a_read_only_cache_is_kept_in_memory(tmp_path, monk
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(read_only(tmp_path / "cache")))
     measured = []
     measure = probe.measure
-    monkeypatch.setattr(probe, "measure", lambda: measured.append(1) or measure())
+    monkeypatch.setattr(probe, "measure", lambda device: measured.append(device) or measure(device))
     first, second = probe.resolve_hardware(THIS_MACHINE), probe.resolve_hardware(THIS_MACHINE)
-    assert measured == [1] and first == second and first.peak_flops_per_s("fp32")[0] > 1e8
+    assert measured == ["cpu"] and first == second and first.peak_flops_per_s("fp32")[0] > 1e8
     assert not list((tmp_path / "cache").iterdir())
 
 

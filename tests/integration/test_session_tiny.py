@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
-from tiny_models import DIMS, tiny_model
+from tiny_models import DIMS, QWEN3_CHAT_TEMPLATE, tiny_model
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from explorer.analysis.shapes import predict_shapes
@@ -333,3 +333,17 @@ def test_greedy_tokens_equal_generate(loaded):
         out = loaded.model.generate(prompt_ids, do_sample=False, max_new_tokens=6, eos_token_id=1,
                                     pad_token_id=0, cache=DynamicCache(config=loaded.model.config))
     assert out[0, prompt_ids.shape[1]:].tolist() == session.generated
+
+
+def test_thinking_is_off_unless_asked_through_the_chat_templates_switch():
+    loaded = tiny_model("qwen3")
+    loaded.tokenizer.chat_template = QWEN3_CHAT_TEMPLATE
+    session = InferenceSession(loaded, SamplingSettings(max_new_tokens=2))
+    off = session.prefill("Hi")
+    assert loaded.tokenizer.decode(off.input_ids) == "<user>Hi\n<assistant><think>  </think>  "
+    assert session.run.prompt.enable_thinking is False
+    on = session.prefill("Hi", enable_thinking=True)
+    assert loaded.tokenizer.decode(on.input_ids) == "<user>Hi\n<assistant>"
+    assert session.run.prompt.enable_thinking is True
+    saved = json.loads(json.dumps(run_to_dict(session.run, session.attention)))  # as a file holds it
+    assert run_from_dict(saved)[0].prompt.enable_thinking is True

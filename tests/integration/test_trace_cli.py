@@ -110,3 +110,15 @@ def test_bad_input_is_one_line_and_exit_code_2(argv, message, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, layers", [(["hi"], 30), (["--config", "qwen3-0.6b", "--prompt-tokens", "3"], 28)])
+def test_a_layer_the_model_lacks_is_refused_from_its_config_before_any_model_work(argv, layers, monkeypatch, capsys):
+    import explorer.runner.loading as loading
+
+    def no_load(**kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(loading, "load", no_load)
+    assert main(["trace", *argv, "--layer", "99"]) == 2
+    assert f"--layer must be in 0..{layers - 1} for this model ({layers} layers)" in capsys.readouterr().err

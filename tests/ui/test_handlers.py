@@ -6,8 +6,9 @@ import gradio as gr
 import numpy as np
 import pytest
 
+from explorer.config import preset_names
 from explorer.journey import step_label
-from explorer.ui import handlers
+from explorer.ui import handlers, models
 from explorer.ui.hosting import HOSTED, LOCAL, Limits, Served
 from explorer.ui.models import SHAPE_ONLY_PREFIX, ModelRegistry
 
@@ -22,7 +23,8 @@ ATTENTION, JOURNEY = VIEWS.index("attention"), VIEWS.index("journey")
 def prefill(served, prompt="Hi there!", sampling=GREEDY, choice=None, prompt_tokens=17, custom="", page=None):
     request = type("Request", (), {"session_hash": page})() if page else None
     return handlers.ServedHandlers(served).on_prefill_click(
-        request, None, choice or served.registry.default_choice, custom, prompt, prompt_tokens, False, "", *sampling, *VIEW)
+        request, None, choice or served.registry.default_choice, custom, prompt, prompt_tokens, False, "", False, *sampling,
+        *VIEW)
 
 
 def meta(figure) -> dict:
@@ -150,6 +152,16 @@ def test_hosted_limits_refuse_other_models_long_runs_and_too_many_tokens(model):
         list(handlers.on_run_click(visit, 33, *GREEDY, *VIEW))
 
 
+def test_the_hosted_menu_offers_its_allowed_hub_model_and_loads_it_by_that_id(model, monkeypatch):
+    registry = ModelRegistry(model, allowed=HOSTED.allowed_models)
+    assert registry.choices()[:2] == [model.name, "Qwen/Qwen3-0.6B"]
+    assert registry.choices()[2:] == [SHAPE_ONLY_PREFIX + name for name in preset_names()]
+    assert ModelRegistry(model).choices()[1] == SHAPE_ONLY_PREFIX + preset_names()[0]  # locally: not listed
+    asked = []
+    monkeypatch.setattr(models, "load_model", lambda name, device: asked.append((name, device)) or model)
+    assert registry.get("Qwen/Qwen3-0.6B") is model and asked == [("Qwen/Qwen3-0.6B", "cpu")]
+
+
 def test_a_model_not_in_the_menu_is_refused(served):
     with pytest.raises(gr.Error, match="'../../etc/passwd' is not in the model menu"):
         prefill(served, choice="../../etc/passwd")
@@ -225,7 +237,7 @@ def test_a_prefill_moves_the_progress_bar_once_per_layer_and_a_decode_step_does_
     calls = []
     visit, *_ = handlers.ServedHandlers(served).on_prefill_click(
         None, lambda fraction, desc: calls.append((fraction, desc)), served.registry.default_choice, "",
-        "Hi there!", 17, False, "", *GREEDY, *VIEW)
+        "Hi there!", 17, False, "", False, *GREEDY, *VIEW)
     n_layers = len(visit.run.steps[0].attention)
     assert n_layers == 3 and calls == [(1 / 3, "Prefill: layer 1 of 3"), (2 / 3, "Prefill: layer 2 of 3"),
                                        (1.0, "Prefill: layer 3 of 3")]
@@ -306,12 +318,12 @@ def test_after_a_prefill_the_model_menu_says_which_model_the_session_runs(served
 
 def test_a_shape_only_model_without_a_tokenizer_asks_for_a_prompt_length_and_hides_the_chat_controls(served):
     app = handlers.ServedHandlers(served)
-    label, length, chat, system = app.on_model_select(SHAPE_ONLY_PREFIX + "qwen3-0.6b")
+    label, length, chat, system, thinking = app.on_model_select(SHAPE_ONLY_PREFIX + "qwen3-0.6b")
     assert label == gr.update(label="Prompt (not used: this shape-only model has no tokenizer; set its length below)")
-    assert (length, chat, system) == (gr.update(visible=True), gr.update(visible=False), gr.update(visible=False))
-    label, length, chat, system = app.on_model_select(served.registry.default_choice)
+    assert length == gr.update(visible=True) and chat == system == thinking == gr.update(visible=False)
+    label, length, chat, system, thinking = app.on_model_select(served.registry.default_choice)
     assert label == gr.update(label="Prompt") and length == gr.update(visible=False)
-    assert chat == system == gr.update(visible=True)
+    assert chat == system == thinking == gr.update(visible=True)
 
 
 def test_a_what_if_redraws_the_roofline_without_running_the_model(served):

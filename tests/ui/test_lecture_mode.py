@@ -36,7 +36,7 @@ def served():
 
 
 def run(served, steps=2, sampling=SAMPLED, page="page"):
-    visit, *_ = handlers.ServedHandlers(served).on_prefill_click(FakeRequest(page), None, served.registry.default_choice, "", "Hello there", 17, False, "",
+    visit, *_ = handlers.ServedHandlers(served).on_prefill_click(FakeRequest(page), None, served.registry.default_choice, "", "Hello there", 17, False, "", False,
                                           *sampling, *VIEW)
     for _ in range(steps):
         handlers.on_decode_click(visit, *sampling, *VIEW)
@@ -120,8 +120,9 @@ def test_unreadable_link_values_are_named_and_ignored():
 
 
 def test_share_and_load_fill_the_controls(served):
-    link = handlers.on_share_click("Hi", served.registry.default_choice, "", True, "", True, 0.7, 40, 0.9, 0.0, 3, 32)
-    assert link.startswith("?prompt=Hi&model=" + quote_plus(served.registry.default_choice) + "&chat=1&sample=1")
+    link = handlers.on_share_click("Hi", served.registry.default_choice, "", True, "", True, True, 0.7, 40, 0.9, 0.0, 3,
+                                   32)
+    assert link.startswith("?prompt=Hi&model=" + quote_plus(served.registry.default_choice) + "&chat=1&thinking=1&sample=1")
     assert "temperature=0.7" in link and "custom_model" not in link
     query = {"prompt": "Bonjour", "temperature": "1.3", "model": "../../etc"}
     with pytest.warns(UserWarning, match="model could not be used"):
@@ -136,5 +137,5 @@ def test_loading_a_saved_run_restores_the_prompt_and_sampling_controls(served):
     outputs = handlers.ServedHandlers(served).on_import_upload(FakeRequest("other"), handlers.on_export_click(live), *VIEW)
     restored = dict(zip(handlers.RESTORED_INPUTS, outputs[handlers.STEP_OUTPUTS:], strict=True))
     assert restored == {"prompt": "Hello there", "prompt_tokens": gr.skip(), "use_chat_template": False,
-                        "system_prompt": "", "do_sample": True, "temperature": 0.7, "top_k": 12, "top_p": 0.85,
+                        "system_prompt": "", "enable_thinking": False, "do_sample": True, "temperature": 0.7, "top_k": 12, "top_p": 0.85,
                         "min_p": 0.05, "seed": 9, "max_new_tokens": 8}

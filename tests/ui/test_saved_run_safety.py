@@ -183,10 +183,20 @@ def test_the_real_run_loads_and_every_view_draws(run, tmp_path):
     # text that cannot be sent to the page (it then waited for ever, the session already replaced)
     (["description"], "\ud800", "description must be valid Unicode text (it holds a lone surrogate, \\ud800-\\udfff)"),
     (["description"], "x" * 1001, "description must be text of at most 1,000 characters"),
+    (["prompt", "enable_thinking"], "yes", "prompt.enable_thinking must be true or false, not text"),
+    (["prompt", "evil"], 1, "prompt must be an object of text, use_chat_template, system_prompt, prompt_tokens, "
+     "enable_thinking (the last optional)"),
 ])
 def test_a_hostile_field_is_refused_with_a_message_naming_it(run, tmp_path, path, value, problem):
     put(run, path, value)
     assert load_error(tmp_path, run) == damaged(problem)
+
+
+def test_a_run_saved_before_the_thinking_switch_loads_with_it_off(run, tmp_path):
+    assert run["prompt"]["enable_thinking"] is False  # written by this version
+    del run["prompt"]["enable_thinking"]
+    loaded, _ = load_run(write(tmp_path, run))
+    assert loaded.prompt.enable_thinking is False and loaded.prompt.text == PROMPT
 
 
 def test_missing_and_extra_fields_are_named(run, tmp_path):
@@ -250,7 +260,7 @@ def test_the_import_toast_names_the_field_and_forms_no_tag(served, run, tmp_path
 
 def live_session(served, page="page"):
     visit, *_ = handlers.ServedHandlers(served).on_prefill_click(
-        FakeRequest(page), None, served.registry.default_choice, "", "Live prompt", 17, False, "", *SAMPLED,
+        FakeRequest(page), None, served.registry.default_choice, "", "Live prompt", 17, False, "", False, *SAMPLED,
         0, False, "h100-sxm", "journey")
     return visit
 

@@ -6,14 +6,13 @@ import json
 
 import pytest
 
-from explorer.analysis.hardware import get_hardware, hardware_from_dict, hardware_names, load_hardware_file
+from explorer.analysis.hardware import get_hardware, hardware_names, load_hardware_file
 from explorer.analysis.hardware_catalogue import CATALOGUE
 from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.roofline import standard_what_ifs, step_roofline, what_if
 from explorer.analysis.spec import ModelSpec
 from explorer.config import load_hf_config
 from explorer.errors import ConfigError
-from explorer.runner import probe
 
 LLAMA = ModelSpec.from_hf_config(load_hf_config("llama-3-8b"))
 H100 = get_hardware("h100-sxm")
@@ -104,27 +103,6 @@ def test_hardware_from_a_file(tmp_path):
         load_hardware_file(path)
     with pytest.raises(ConfigError, match="Unknown hardware"):
         get_hardware("tpu-v9")
-
-
-def test_this_machine_is_probed_once_then_read_from_the_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(tmp_path))
-    fake = {"name": "probe", "memory_bytes": [1e9, "os"], "memory_bandwidth_bytes_per_s": [1e10, "measured"],
-            "dense_flops_per_s": {"fp32": [5e10, "measured"]}}
-    calls = []
-    monkeypatch.setattr(probe, "measure", lambda: calls.append(1) or fake)
-    first, second = probe.resolve_hardware("this-machine"), probe.resolve_hardware("this-machine")
-    assert calls == [1] and first == second
-    assert (tmp_path / probe.CACHE_FILE).is_file()
-    assert first.peak_flops_per_s("bf16") == (5e10, "fp32")
-
-
-def test_the_real_probe_measures_positive_rates():
-    entry = probe.measure()
-    assert entry["dense_flops_per_s"]["fp32"][0] > 1e8
-    assert entry["memory_bandwidth_bytes_per_s"][0] > 1e8 and entry["cache_bandwidth_bytes_per_s"][0] > 1e8
-    assert 0 < entry["op_overhead_s"][0] < 1e-3  # microseconds: a near-empty call
-    machine = hardware_from_dict("this-machine", entry)
-    assert machine.op_overhead_s == entry["op_overhead_s"][0] and "nn.Linear(1, 1)" in machine.sources["op_overhead_s"]
 
 
 def test_a_catalogue_entry_has_no_cache_roof_or_overhead():

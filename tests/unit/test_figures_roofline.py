@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from explorer.analysis.costs import step_costs, totals_by_op
-from explorer.analysis.hardware import Hardware, get_hardware
+from explorer.analysis.hardware import Hardware, get_hardware, hardware_from_dict
 from explorer.analysis.measured import trace_costs
 from explorer.analysis.precision import Precision
 from explorer.analysis.records import CostOptions, Step
@@ -207,3 +207,36 @@ def test_a_measured_overhead_is_a_third_roof_and_each_point_says_its_share_of_th
     assert cache.y[0] / cache.x[0] == pytest.approx(3 * H100.memory_bandwidth_bytes_per_s / scale, rel=1e-5)
     assert not [t for t in draw_roofline(LLAMA, prefill, decode, H100, 3, measured=True).data
                 if t.name.endswith(("overhead ceiling", "cache roof"))]  # a datasheet entry has neither
+
+
+def test_the_datasheet_roofs_and_those_measured_here_are_drawn_together_with_their_sources():
+    measured_here = "measured here by torch on NVIDIA H100 80GB HBM3 (cuda:0), CUDA events"
+    probed = hardware_from_dict("this-machine", {
+        "name": "This machine (NVIDIA H100 80GB HBM3, measured)", "memory_bytes": [80e9, "torch"],
+        "memory_bandwidth_bytes_per_s": [2.9e12, measured_here + ": copy"],
+        "op_overhead_s": [8e-6, measured_here + ": nn.Linear(1, 1)"],
+        "dense_flops_per_s": {"bf16": [700e12, measured_here + ": bf16 matmul"],
+                              "fp32": [50e12, measured_here + ": fp32 matmul"]}})
+    prefill, decode = make_trace(LLAMA, "prefill"), make_trace(LLAMA, "decode")
+    stages = [trace_costs(LLAMA, t) for t in (prefill, decode)]
+    fig = roofline_figure(stages, H100, 3, measured=True, measured_roofs=probed)
+    datasheet, here = trace(fig, "roofline"), trace(fig, "measured roofline")
+    np.testing.assert_allclose(datasheet.y, np.minimum(66.9e12, datasheet.x.astype(np.float64) * 3.35e12) / 1e12,
+                               rtol=1e-6)  # the traces are float32: the fp32 roofs
+    np.testing.assert_allclose(here.y, np.minimum(50e12, here.x.astype(np.float64) * 2.9e12) / 1e12, rtol=1e-6)
+    assert here.line.dash == "dash" and here.showlegend is not False and measured_here in here.hovertext[0]
+    assert trace(fig, "measured ridge point").x[0] == pytest.approx(50e12 / 2.9e12, rel=1e-6)
+    assert (here.x[0], here.x[-1]) == (datasheet.x[0], datasheet.x[-1])  # both span the axis
+    labels = {a.name: a for a in fig.layout.annotations if a.name}
+    assert labels["measured roofs"].text == "measured here: 50 TFLOP/s (fp32), 2.9 TB/s"
+    sources = labels["conventions"].hovertext
+    assert "NVIDIA H100 Tensor Core GPU datasheet" in sources and measured_here in sources
+    assert "measured here 50 TFLOP/s fp32, 2.9 TB/s" in labels["conventions"].text
+    # the datasheet has no overhead: the ceilings use the one measured here
+    ceiling = trace(fig, "decode overhead ceiling")
+    lm_head = next(c for c, _ in stages[1].measured if c.name == "lm_head")
+    assert ceiling.y[list(ceiling.customdata).index("lm_head")] == pytest.approx(lm_head.flops / 8e-6 / 1e12, rel=1e-5)
+    wall_s = next(s for c, s in stages[1].measured if c.name == "lm_head")
+    hover = trace(fig, "decode measured").hovertext[list(trace(fig, "decode measured").customdata).index("lm_head")]
+    assert f"{lm_head.bytes / wall_s / 2.9e12:.1%} of the bandwidth measured here" in hover
+    assert not [t for t in roofline_figure(stages, H100, 3, measured=True).data if t.name.startswith("measured ")]

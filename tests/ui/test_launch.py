@@ -1,0 +1,53 @@
+"""The app's command line: a broken install or a bad argument is one line before any model work, and
+`llm-explorer` speaks to a user (`--help`, `--version`) rather than to a developer."""
+
+from __future__ import annotations
+
+import pytest
+
+import explorer
+from explorer.cli import main as cli_main
+from explorer.runner import loading
+from explorer.ui import launch, static
+
+
+def no_load(**kwargs):
+    raise AssertionError("the model was loaded")
+
+
+def test_a_missing_asset_is_named_as_a_broken_install_before_any_model_work(tmp_path, monkeypatch):
+    (tmp_path / "app.css").write_text("body {}", encoding="utf-8")  # the other two files are missing
+    monkeypatch.setattr(static, "ASSETS", tmp_path)
+    monkeypatch.setattr(loading, "load", no_load)
+    with pytest.raises(SystemExit) as exited:
+        launch.main(["--port", "7999"])
+    message = str(exited.value.code)
+    assert message.startswith("error: The app's file assets/shortcuts.js is missing from the installed package")
+    assert "pip install --force-reinstall llm-inference-explorer" in message and "port" not in message
+
+
+def test_the_shipped_assets_are_read_from_the_package():
+    assert [len(static.asset_text(name)) > 100 for name in static.ASSET_NAMES] == [True] * 3
+    assert static.ASSETS.joinpath("examples.json").is_file()
+
+
+@pytest.mark.parametrize("argv", [["--port", "70000"], ["--port", "0"], ["--dtype", "float8"],
+                                  ["--model", "a", "--config", "b"]])
+def test_a_bad_argument_is_refused_by_the_parser_before_any_model_work(argv, monkeypatch, capsys):
+    monkeypatch.setattr(loading, "load", no_load)
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["app", *argv])
+    assert exited.value.code == 2 and capsys.readouterr().err.splitlines()[-1].startswith("llm-explorer app: error:")
+
+
+def test_help_names_the_commands_with_examples_and_version_gives_the_package(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["--help"])
+    out = capsys.readouterr().out
+    assert out.startswith("usage: llm-explorer [-h] [--version] COMMAND ...")
+    for command in ("app", "trace", "roofline", "info"):
+        assert f"\n    {command} " in out
+    assert "llm-explorer app  " in out and "COMMAND --help" in out
+    with pytest.raises(SystemExit):
+        cli_main(["--version"])
+    assert capsys.readouterr().out == f"llm-inference-explorer {explorer.__version__}\n"
