@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from explorer.analysis.equivalence import WHY, EquivalenceResult
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts, scenario_costs
 from explorer.analysis.roofline import StepRoofline, costs_roofline
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
 from explorer.figures.kv_cache import bytes_text, total_bytes
 from explorer.figures.theme import si_text
 from explorer.run import Run
@@ -52,6 +54,9 @@ PAGES = (
     LessonPage("attention_row", "The row a decode step adds", "attention", layer="last"),
     LessonPage("sampling", "From logits to a token: temperature, top-k, top-p, min-p", "sampling"),
     LessonPage("batch", f"What a batch of {LESSON_BATCH} changes on the roofline", "roofline", batch=LESSON_BATCH),
+    LessonPage("lens", "What each layer would say: the logit lens", "lens"),
+    LessonPage("sinks", "Attention sinks: weight parked on the first token", "attention", layer="last"),
+    LessonPage("equivalence", "Equivalent is not identical", "equivalence"),
 )
 
 
@@ -66,6 +71,10 @@ class LessonInputs:
         hardware: the roofline's machine.
         attention: the shown layer's probabilities at `step`, [h_q, 1, n] float32; None where the run has
             none (shape-only mode, a saved run that left them out).
+        sinks: the first token's importance for every layer and head at `step`, [L, h_q]
+            (`explorer.analysis.sinks`); None where the run lacks some layer's attention.
+        sink_threshold: a head is a sink over this.
+        equivalence: the visit's "equivalent is not identical" experiment, if it ran one.
     """
 
     run: Run
@@ -73,6 +82,9 @@ class LessonInputs:
     layer: int
     hardware: Hardware
     attention: np.ndarray | None = None
+    sinks: np.ndarray | None = None
+    sink_threshold: float = DEFAULT_SINK_THRESHOLD
+    equivalence: EquivalenceResult | None = None
 
 
 def page_layer(page: LessonPage, n_layers: int) -> int:
@@ -210,9 +222,65 @@ def _batch(i: LessonInputs) -> str:
             "(Estimated by the cost model.)")
 
 
+def _lens(i: LessonInputs) -> str:
+    step = i.run.steps[i.step]
+    if step.lens is None:
+        return "This run has no logit lens (shape-only mode, or a run saved before it): no values to read."
+    lens = step.lens
+    chosen, rows = lens.next_ids[-1], lens.top_ids.shape[0]
+    hits = np.flatnonzero(lens.top_ids[:, -1, 0] == chosen)
+    first = int(hits[0]) if hits.size else None
+    where = ("never the top-1 of any layer" if first is None else
+             "already the top-1 of the embedding itself" if first == 0 else
+             f"first the top-1 after **layer {first - 1}** of {rows - 1}")
+    middle = rows // 2
+    fed = i.run.ids
+    own = int(sum(int(lens.top_ids[0, c, 0]) == fed[p] for c, p in enumerate(lens.positions)))
+    return (f"Each row reads the residual stream after one layer through the model's own final norm and LM head, "
+            f"over all its tokens: what the model would say if it stopped there. At {_label(step)} it chose "
+            f"{_quoted(i.run.piece(chosen))}, {where}; its probability is {lens.next_probs[middle, -1]:.2g} after layer "
+            f"{middle - 1} and **{lens.next_probs[-1, -1]:.2f}** at the output (the model's own logits, bit for bit). "
+            f"The embedding row names the input token itself at {own} of {len(lens.positions)} positions "
+            f"({'a tied LM head reads its own embedding back' if own else 'the LM head is not the embedding'}). "
+            "(Computed from the step's activations.)")
+
+
+def _sinks(i: LessonInputs) -> str:
+    if i.sinks is None:
+        return "This run holds no attention values for every layer (shape-only mode, or a saved run without them)."
+    heads = i.sinks > i.sink_threshold
+    counts = heads.sum(axis=1)
+    here = int(counts[i.layer])
+    late = int(np.argmax(counts == counts.max()))
+    return (f"For each head, the **importance** of a key is its mean attention weight over the queries that see it. "
+            f"At {_label(i.run.steps[i.step])}, **{heads.mean():.0%}** of the {heads.size} (layer, head) pairs put a "
+            f"mean weight over **{i.sink_threshold:g}** on the first token, which carries little meaning: "
+            f"{int(counts[0])} of {heads.shape[1]} heads in layer 0, {here} in layer {i.layer} (shown, its panels "
+            f"marked ●), and {int(counts.max())} in layer {late}, the first with that many. Softmax must put its "
+            "weight somewhere; heads with nothing to look for park it on a token every query sees (Gu et al., ICLR "
+            "2025). That is why engines that drop old tokens keep the first ones (StreamingLLM). (Computed from the "
+            "attention probabilities.)")
+
+
+def _equivalence(i: LessonInputs) -> str:
+    result = i.equivalence
+    why = WHY.removeprefix("Why: ")
+    if result is None:
+        return ("A KV cache, a batch, a fused attention kernel or another precision compute the same function, "
+                "but not the same bits. Press **Run the experiment** in this tab: it decodes your prompt greedily "
+                "and again those equivalent ways, and shows how far each step's logits move. " + why.capitalize())
+    ran = [c for c in result.comparisons if not c.skipped]
+    parts = [f"{c.name}: up to **{max(c.max_abs):.1e}**" for c in ran]
+    flips = [f"{c.name} from step {c.diverged_at}" for c in ran if c.diverged_at is not None]
+    return (f"Against the reference ({result.reference}), the logits of {len(result.tokens)} greedy steps move by "
+            f"{'; '.join(parts)} (measured). "
+            + (f"Greedy tokens differ: {'; '.join(flips)}. " if flips else "The greedy tokens stay the same here. ")
+            + why.capitalize())
+
+
 _WRITERS = {"prefill_decode": _prefill_decode, "one_layer": _one_layer, "memory_bound": _memory_bound,
             "kv_cache": _kv_cache, "gqa": _gqa, "attention_row": _attention_row, "sampling": _sampling,
-            "batch": _batch}
+            "batch": _batch, "lens": _lens, "sinks": _sinks, "equivalence": _equivalence}
 
 
 def _spec(i: LessonInputs):

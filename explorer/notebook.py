@@ -137,7 +137,7 @@ class Explorer:
         """The figure of one view, as the app draws it.
 
         Args:
-            view: one of "forward", "journey", "attention", "kv_cache", "sampling", "roofline".
+            view: one of "forward", "journey", "attention", "kv_cache", "sampling", "roofline", "lens".
             step: 0 for the prefill, k for the k-th decode step; None: the latest.
             layer: the decoder layer of the forward, journey and attention views.
             average_heads: attention: the mean over query heads instead of one panel per head.

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
+from explorer.analysis.equivalence import EquivalenceResult
 from explorer.analysis.measured import StepCosts, trace_costs
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import ConfigError, SessionStateError
@@ -83,6 +84,7 @@ class Run:
     def __init__(self, model: str, description: str, config: dict) -> None:
         self.model, self.description, self.config = model, description, config
         self.prompt: PromptInputs | None = None  # set by the prefill; None for an older saved run
+        self.equivalence: EquivalenceResult | None = None  # the experiment on the prompt, once run
         self._texts: list[str] = []  # the generated text after each step
         self._steps: list[StepTrace] = []
         self._pieces: dict[int, str] = {}

@@ -21,12 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from explorer.analysis.equivalence import Comparison, EquivalenceResult
 from explorer.analysis.precision import canonical_dtype
 from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, SamplingSettingsError
 from explorer.run import PromptInputs
-from explorer.trace import KVSnapshot, OpRecord, StepTrace
+from explorer.trace import KVSnapshot, LensRecord, OpRecord, StepTrace
 
 # A 39-token, 3-step run of the embedded model is 10.9 MB, and each further decode step adds about
 # 2.3 MB (its logits through the sampling stages): 512 MiB holds some 200 steps. Parsing a file this
@@ -44,7 +45,10 @@ FINISH_REASONS = frozenset({"", "eos", "max_new_tokens", "context_full"})
 DEVICE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:\d{1,3})?")  # what `str(torch.device)` gives for these
 TOKEN_KEY = re.compile(r"\d{1,10}")
 RUN_KEYS = ("model", "description", "config", "ids", "text", "pieces", "traces")
-TRACE_KEYS = tuple(f.name for f in fields(StepTrace))
+TRACE_KEYS = tuple(f.name for f in fields(StepTrace) if f.name != "lens")  # a run saved before the lens has none
+LENS_KEYS = tuple(f.name for f in fields(LensRecord))
+EQUIVALENCE_KEYS = tuple(f.name for f in fields(EquivalenceResult))
+COMPARISON_KEYS = tuple(f.name for f in fields(Comparison))
 OP_KEYS = tuple(f.name for f in fields(OpRecord))
 KV_KEYS = tuple(f.name for f in fields(KVSnapshot))
 SETTINGS_KEYS = tuple(f.name for f in fields(SamplingSettings))
@@ -153,6 +157,8 @@ def check_run(data: dict) -> None:
         _text(piece, f"pieces.{key}", MAX_LINE_CHARS)
     config = _object(data["config"], "config", ())
     _check_config(_object(config, "config", () if "n_head" in config else ("num_attention_heads",)), run)
+    if "equivalence" in data:
+        _check_equivalence(data["equivalence"], run, len(traces[0]["input_ids"]))
 
 
 def _check_prompt(prompt) -> None:
@@ -198,6 +204,8 @@ def _check_trace(trace, where: str, index: int, run: _Run) -> None:
         _whole(token_id, f"{where}.input_ids[{i}]", high=run.vocab - 1, what="a token id")
     _check_attention(trace["attention"], f"{where}.attention", run, len(ids), context, index == 0)
     _check_outcome(trace, where, run.vocab)
+    if trace.get("lens") is not None:
+        _check_lens(trace, f"{where}.lens", run, [*run.fed, *ids])
     run.context = context
     run.fed.extend(ids)
 
@@ -313,6 +321,69 @@ def _check_outcome(trace: dict, where: str, vocab: int) -> None:
     _number(trace["wall_ms"], f"{where}.wall_ms", low=0)
     if not DEVICE.fullmatch(_text(trace["device"], f"{where}.device")):
         _fail(f"{where}.device", "a device such as cpu, cuda:0, mps or meta", trace["device"])
+
+
+def _check_lens(trace: dict, where: str, run: _Run, seen: list[int]) -> None:
+    """The logit lens: the step's last P positions, each followed by the next id fed (the last by the
+    token chosen), [L+1, P, k] top ids and probabilities, [L+1, P] next-token probabilities and entropies."""
+    if trace["shape_only"] or trace["sampling"] is None:
+        _fail(where, "null (a shape-only step has no values)")
+    lens = _object(trace["lens"], where, LENS_KEYS, exact=True)
+    context = len(seen)
+    positions = _list(lens["positions"], f"{where}.positions")
+    if not positions or positions != list(range(context - len(positions), context)):
+        _fail(f"{where}.positions", f"the step's last positions, in order, up to {context - 1}")
+    following = [*seen[positions[0] + 1:], trace["sampling"]["token_id"]]
+    if lens["next_ids"] != following:
+        _fail(f"{where}.next_ids", "the id that follows each position (the last: the token chosen)")
+    rows, width = run.n_layers + 1, len(positions)
+    top = _list(lens["top_ids"], f"{where}.top_ids", length=rows, what=f"one row per layer and the embedding ({rows})")
+    first = _list(top[0], f"{where}.top_ids[0]", length=width, what=f"one cell per position ({width})")
+    k = len(_list(first[0], f"{where}.top_ids[0][0]", what="a cell's top token ids"))
+    if k < 1:
+        _fail(f"{where}.top_ids[0][0]", "at least one token id")
+    _array(lens["top_ids"], f"{where}.top_ids", [rows, width, k])
+    for row in top:
+        for cell in row:
+            for token_id in cell:
+                _whole(token_id, f"{where}.top_ids", high=run.vocab - 1, what="token ids")
+    for name, shape, high in (("top_probs", [rows, width, k], 1), ("next_probs", [rows, width], 1),
+                              ("entropy_bits", [rows, width], np.log2(run.vocab) + 1e-3)):
+        _array(lens[name], f"{where}.{name}", shape)
+        if not 0 <= np.min(lens[name]) <= np.max(lens[name]) <= high:
+            _fail(f"{where}.{name}", f"numbers in [0, {high:.4g}]")
+    _number(lens["compute_ms"], f"{where}.compute_ms", low=0)
+
+
+def _check_equivalence(result, run: _Run, prompt_tokens: int) -> None:
+    """The experiment on the prompt: its reference, the greedy tokens of its steps, and per comparison
+    one non-negative number per step (none where it was skipped, with why) and the step it diverged at."""
+    where = "equivalence"
+    _object(result, where, EQUIVALENCE_KEYS, exact=True)
+    _text(result["reference"], f"{where}.reference", MAX_LINE_CHARS)
+    if _whole(result["prompt_tokens"], f"{where}.prompt_tokens") != prompt_tokens:
+        _fail(f"{where}.prompt_tokens", f"{prompt_tokens} (the prompt's tokens)", result["prompt_tokens"])
+    tokens = _list(result["tokens"], f"{where}.tokens")
+    if not tokens:
+        _fail(f"{where}.tokens", "the greedy token of at least one step")
+    for i, token_id in enumerate(tokens):
+        _whole(token_id, f"{where}.tokens[{i}]", high=run.vocab - 1, what="a token id")
+    _number(result["wall_ms"], f"{where}.wall_ms", low=0)
+    for i, comparison in enumerate(_list(result["comparisons"], f"{where}.comparisons")):
+        at = f"{where}.comparisons[{i}]"
+        _object(comparison, at, COMPARISON_KEYS, exact=True)
+        _text(comparison["name"], f"{at}.name", MAX_LINE_CHARS)
+        skipped = _text(comparison["skipped"], f"{at}.skipped", MAX_LINE_CHARS)
+        steps = 0 if skipped else len(tokens)
+        for key in ("max_abs", "mean_abs", "argmax"):
+            values = _list(comparison[key], f"{at}.{key}", length=steps, what=f"{steps} values, one per step")
+            for j, value in enumerate(values):
+                if key == "argmax":
+                    _whole(value, f"{at}.{key}[{j}]", high=run.vocab - 1, what="a token id")
+                else:
+                    _number(value, f"{at}.{key}[{j}]", low=0)
+        if comparison["diverged_at"] is not None:
+            _whole(comparison["diverged_at"], f"{at}.diverged_at", high=max(0, steps - 1), what="a step")
 
 
 def _check_sampling(sampling, where: str, vocab: int) -> None:

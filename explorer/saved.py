@@ -1,8 +1,8 @@
 """A whole run saved as JSON, and read back to show every view with no model (a talk prepared in advance).
 
 The file holds the `Run` (the model's name, description and config, every step's trace
-(`StepTrace.to_dict`), the ids fed so far, the generated text, the text piece of every token id the
-views name) and, inside each step's attention records, every attention matrix: the live session
+(`StepTrace.to_dict`, each with its logit lens), the ids fed so far, the generated text, the text piece
+of every token id the views name, and the "equivalent is not identical" experiment where it ran) and, inside each step's attention records, every attention matrix: the live session
 gives the ones it gave up to stay within its memory budget again (recomputed), so a saved run keeps
 every matrix and draws every view as the live run did. An export that leaves attention out (a
 hosted app's size cap) saves every matrix as null and says why under "attention_left_out".
@@ -14,6 +14,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+from explorer.analysis.equivalence import EquivalenceResult
 from explorer.errors import ConfigError, ExportError
 from explorer.run import AttentionSource, PromptInputs, Run, SavedAttention, step_to_dict
 from explorer.run_schema import check_run, read_run
@@ -33,6 +34,8 @@ def run_head(run: Run) -> dict:
     pieces = run.pieces
     head = {"format": FORMAT, "model": run.model, "description": run.description, "config": run.config,
             "ids": run.ids, "text": run.text, "pieces": {str(i): pieces[i] for i in sorted(pieces)}}
+    if run.equivalence is not None:
+        head["equivalence"] = run.equivalence.to_dict()
     return head if run.prompt is None else {**head, "prompt": dataclasses.asdict(run.prompt)}
 
 
@@ -83,6 +86,8 @@ def run_from_dict(data: dict) -> tuple[Run, SavedAttention]:
     run = Run(data["model"], data["description"], data["config"])
     if "prompt" in data:  # files exported before the prompt was saved have none
         run.prompt = PromptInputs(**data["prompt"])
+    if "equivalence" in data:  # the experiment, where the page ran it
+        run.equivalence = EquivalenceResult.from_dict(data["equivalence"])
     pieces = {int(i): piece for i, piece in data["pieces"].items()}
     matrices, emitted, last = {}, "", len(data["traces"]) - 1
     for index, trace in enumerate(data["traces"]):

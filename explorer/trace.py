@@ -123,6 +123,46 @@ class SamplingRecord:
 
 
 @dataclass(frozen=True)
+class LensRecord:
+    """The logit lens of one step: the residual stream after the embedding (row 0) and after each
+    decoder layer (row l), passed through the model's own final norm and LM head over the full
+    vocabulary, at the step's last `len(positions)` positions; only these statistics of each
+    [vocab] distribution are kept.
+
+    Attributes:
+        positions: [P] the context positions of the columns (0-based; a decode step: its one position).
+        next_ids: [P] the token that follows each position: the prompt's next token, and at the last
+            position the token the step chose.
+        top_ids: [L+1, P, k] int, each cell's top-k token ids, most probable first.
+        top_probs: [L+1, P, k] float32, their probabilities.
+        next_probs: [L+1, P] float32, the probability of `next_ids` in each cell.
+        entropy_bits: [L+1, P] float32, each cell's entropy in bits.
+        compute_ms: measured wall time of the lens in milliseconds (not part of the step's `wall_ms`).
+
+    Row L at the last position is the model's own logits (the tensor sampling reads), bit for bit.
+    """
+
+    positions: list[int]
+    next_ids: list[int]
+    top_ids: np.ndarray
+    top_probs: np.ndarray
+    next_probs: np.ndarray
+    entropy_bits: np.ndarray
+    compute_ms: float
+
+    def to_dict(self) -> dict:
+        """A dict that `dumps` writes as strict JSON (the arrays kept as numpy arrays)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LensRecord:
+        """The inverse of `to_dict`."""
+        return cls(list(data["positions"]), list(data["next_ids"]), np.array(data["top_ids"], dtype=np.int64),
+                   float32_array(data["top_probs"]), float32_array(data["next_probs"]),
+                   float32_array(data["entropy_bits"]), float(data["compute_ms"]))
+
+
+@dataclass(frozen=True)
 class StepTrace:
     """Everything one forward pass computed.
 
@@ -143,6 +183,7 @@ class StepTrace:
         wall_ms: wall time of the whole forward pass in milliseconds.
         device: where it ran, e.g. "cpu", "cuda:0", "meta".
         shape_only: True when run on the meta device (no values: logits, attention and sampling empty).
+        lens: the step's logit lens; None in shape-only mode (and in runs saved before it existed).
     """
 
     stage: str
@@ -161,6 +202,7 @@ class StepTrace:
     wall_ms: float = 0.0
     device: str = "cpu"
     shape_only: bool = False
+    lens: LensRecord | None = None
 
     def op(self, name: str) -> OpRecord:
         """The stop called `name`. Raises KeyError if the step has no such stop."""
@@ -178,6 +220,7 @@ class StepTrace:
         for name in ("ops", "kv", "attention"):  # records of ints, strings and lists of ints: no array in them
             data[name] = [_record_dict(record) for record in data[name]]
         data["sampling"] = None if self.sampling is None else asdict(self.sampling)
+        data["lens"] = None if self.lens is None else self.lens.to_dict()
         return data
 
     @classmethod
@@ -192,6 +235,8 @@ class StepTrace:
             s = data["sampling"]
             stages = [SamplingStage(st["name"], float32_array(st["logits"])) for st in s["stages"]]
             data["sampling"] = SamplingRecord(s["settings"], stages, s["token_id"], s["token_prob"])
+        if data.get("lens") is not None:
+            data["lens"] = LensRecord.from_dict(data["lens"])
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -213,7 +258,7 @@ def _copied(value):
 
 
 def float32_array(value) -> np.ndarray | None:
-    """The inverse of `json_ready` for one float32 array: nested lists (null for -inf) -> ndarray
+    """The inverse of `dumps` for one float32 array: nested lists (null for -inf) -> ndarray
     float32; None stays None."""
     if value is None:
         return None

@@ -11,10 +11,12 @@ not run).
 
 from __future__ import annotations
 
+import numpy as np
 import plotly.graph_objects as go
 
 from explorer.analysis.hardware import THIS_MACHINE, Hardware
 from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
+from explorer.analysis.sinks import first_token_column_sum
 from explorer.config import SamplingSettings
 from explorer.figures.sampling import same_sampling
 from explorer.figures.views import ViewData, ViewOptions, draw
@@ -22,12 +24,19 @@ from explorer.run import AttentionSource, Run
 from explorer.runner.devices import roofline_hardware_key
 from explorer.runner.probe import resolve_hardware, this_machine
 from explorer.runner.sampling import resample
+from explorer.trace import StepTrace
+
+# step index -> (its trace, [L, h] column sums of its attention on the first token): what a front end
+# keeps so that each step's sinks are computed once (`every_layer_sinks`).
+SinkSums = dict[int, tuple[StepTrace, np.ndarray]]
 
 
 def view_data(run: Run, attention: AttentionSource, options: ViewOptions, view: str,
-              preview: SamplingSettings | None = None, saved: bool = False) -> ViewData:
+              preview: SamplingSettings | None = None, saved: bool = False,
+              sink_sums: SinkSums | None = None) -> ViewData:
     """What `view` needs to be drawn at `options`, fetched from the run, its attention source, the
-    probe and the sampler; `saved`: the run was read back from a file (no model, maybe another machine).
+    probe and the sampler; `saved`: the run was read back from a file (no model, maybe another machine);
+    `sink_sums`: the sinks computed so far for this run, filled in here (None: computed afresh).
 
     Raises:
         SessionStateError: a saved run holds no attention for the shown layer and steps.
@@ -39,7 +48,8 @@ def view_data(run: Run, attention: AttentionSource, options: ViewOptions, view: 
         return ViewData(run, stop_costs=tuple(stop_costs(run.spec, run.step(step), options.layer) for step in steps))
     if view == "attention" and not shown.shape_only:
         blocks = tuple(attention.probs(step, options.layer) for step in range(shown.step_index + 1))
-        return ViewData(run, attention=blocks)
+        sinks = every_layer_sinks(run, attention, shown.step_index, {} if sink_sums is None else sink_sums)
+        return ViewData(run, attention=blocks, sinks=sinks)
     if view == "roofline" and run.spec is not None:
         steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
         executed = tuple(run.costs(step) for step in steps)
@@ -61,10 +71,30 @@ def view_data(run: Run, attention: AttentionSource, options: ViewOptions, view: 
 
 
 def render(run: Run, attention: AttentionSource, options: ViewOptions, view: str,
-           preview: SamplingSettings | None = None, saved: bool = False) -> go.Figure:
+           preview: SamplingSettings | None = None, saved: bool = False,
+           sink_sums: SinkSums | None = None) -> go.Figure:
     """The figure of one view (one of `explorer.figures.views.VIEWS`) at `options` (`view_data`, then
     `draw`); for the sampling view, `preview` applies other settings to the step's stored logits."""
-    return draw(view, view_data(run, attention, options, view, preview, saved), options)
+    return draw(view, view_data(run, attention, options, view, preview, saved, sink_sums), options)
+
+
+def every_layer_sinks(run: Run, attention: AttentionSource, step: int, held: SinkSums) -> np.ndarray | None:
+    """[L, h] float64: the first token's importance for every layer and head at `step` (`explorer.analysis.sinks`),
+    from every layer's attention at each step up to it; each step's sums are computed once and kept in
+    `held` (a 512-token prefill of the embedded model reads its 30 layers' matrices once: see the README).
+    None where the run lacks some layer's attention (a saved run that left it out)."""
+    sums = []
+    for index in range(step + 1):
+        trace = run.steps[index]
+        kept = held.get(index)
+        if kept is None or kept[0] is not trace:  # a branch replaced the step
+            if not all(attention.has(index, layer) for layer in range(len(trace.attention))):
+                return None
+            kept = trace, np.stack([first_token_column_sum(attention.probs(index, layer), trace.context_length)
+                                    for layer in range(len(trace.attention))])
+            held[index] = kept
+        sums.append(kept[1])
+    return np.sum(sums, axis=0) / run.steps[step].context_length
 
 
 def roofline_machine(run: Run, hardware: str, saved: bool = False) -> Hardware:

@@ -19,7 +19,16 @@ from explorer.analysis.spec import ModelSpec
 from explorer.families import traced_family
 from explorer.run import Run, SavedAttention
 from explorer.stops import stop_table
-from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, SamplingRecord, SamplingStage, StepTrace, softmax
+from explorer.trace import (
+    AttentionRecord,
+    KVSnapshot,
+    LensRecord,
+    OpRecord,
+    SamplingRecord,
+    SamplingStage,
+    StepTrace,
+    softmax,
+)
 
 TINY = ModelSpec(family="llama", hidden_size=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
                  intermediate_size=37, vocab_size=97, dense_intermediate_size=37)
@@ -66,6 +75,19 @@ def step_attention(spec: ModelSpec, trace: StepTrace, seed: int = 0) -> dict[int
     return {layer: _probs(spec, layer, tokens, trace.context_length, rng)[1] for layer in range(spec.n_layers)}
 
 
+def lens_record(spec: ModelSpec, trace: StepTrace, seed: int = 0) -> LensRecord:
+    """A logit lens over random [L+1, T, vocab] logits (its statistics computed with numpy), each
+    position followed by the next input id and the last by the token the step chose."""
+    rng = np.random.default_rng(seed + 100 + trace.step_index)
+    tokens = len(trace.input_ids)
+    probs = softmax(rng.normal(scale=3, size=(spec.n_layers + 1, tokens, spec.vocab_size)).astype(np.float32))
+    next_ids = [*trace.input_ids[1:], trace.sampling.token_id]
+    top = np.argsort(-probs, axis=-1, kind="stable")[..., :5]
+    entropy = -(probs * np.log2(probs)).sum(-1)
+    return LensRecord(list(range(trace.context_length - tokens, trace.context_length)), next_ids, top,
+                      np.take_along_axis(probs, top, -1), probs[:, np.arange(tokens), next_ids], entropy, 1.5)
+
+
 def hf_config(spec: ModelSpec) -> dict:
     """A Llama `config.json` with `spec`'s dimensions (the config a hand-built run names)."""
     return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": spec.hidden_size,
@@ -82,6 +104,7 @@ def hand_run(spec: ModelSpec = TINY, decode_steps: int = 3, seed: int = 0) -> tu
     matrices = {}
     for trace in run_traces(spec, decode_steps=decode_steps, seed=seed):
         trace = replace(trace, sampling=sampling_record(trace.logits, top_k=5, seed=seed + trace.step_index))
+        trace = replace(trace, lens=lens_record(spec, trace, seed))
         matrices |= {(trace.step_index, layer): probs for layer, probs in step_attention(spec, trace, seed).items()}
         pieces = dict(zip(trace.input_ids, trace.input_pieces, strict=True)) if trace.step_index == 0 else {}
         named = run.pieces  # a copy: taken once

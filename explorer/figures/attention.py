@@ -80,7 +80,7 @@ def stack_attention(blocks: list[np.ndarray]) -> np.ndarray:
 
 def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, layer: int, step: int,
                      new_rows: int = 0, average: bool = False, window: tuple[int, int] | None = None,
-                     presenter: bool = False) -> go.Figure:
+                     presenter: bool = False, head_notes: list[str] | None = None, note: str = "") -> go.Figure:
     """Heatmaps of attention probabilities, one per query head grouped by KV head, or their mean.
 
     A long context is pooled so that the figure stays within `MAX_CELLS` cells (see `pool_attention`;
@@ -100,6 +100,8 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
             keys start..stop-1 only (the caller keeps the window small), never pooled, named in the title.
         presenter: the figure will be drawn in presenter style (`theme.presenter_style`, larger text):
             fewer tick labels where the larger ones would not fit, and shorter title lines.
+        head_notes: text appended to each query head's panel title (h_q of them; not with `average`).
+        note: one more title line (e.g. the attention sinks measured).
 
     Returns:
         A figure with `layout.meta == {"view": "attention", "step": step}`: one heatmap trace per panel
@@ -123,7 +125,7 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
     seen = probs[:, query_start - first_query:query_stop - first_query]  # [h_q, shown rows, n]
     matrices = [seen.mean(axis=0, dtype=np.float32)] if average else list(seen)
     titles = [f"mean over {heads} query heads"] if average else [
-        f"q head {h} · KV head {h // group}" for h in range(heads)]
+        f"q head {h} · KV head {h // group}{head_notes[h] if head_notes else ''}" for h in range(heads)]
     factor = 1 if window is not None else pooling_factor(n, len(matrices))
     query_starts = query_start + _query_block_starts(query_start, query_stop - query_start, factor, own)
     queries = block_labels(pieces, query_starts, query_stop)
@@ -136,6 +138,9 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
     scale = PRESENTER_SCALE if presenter else 1.0
     title = figure_title(layer, step, heads, n_kv_heads, average, factor, own, window,
                          np.array([o[-1] for o in outside], np.float32), queries[-1][0], n, scale)
+    if note:  # as the second line: the lines after it say what a cell or the window holds
+        head, _, rest = title.partition("<br>")
+        title = "<br>".join(line for line in (head, note, rest) if line)
     columns = 1 if average else grid_columns(heads, group)
     grid_rows = math.ceil(len(matrices) / columns)
     geometry = panel_geometry(grid_rows, columns, title.count("<br>") + 1, [t for _, t in keys], [t for _, t in queries])

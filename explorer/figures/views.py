@@ -1,4 +1,4 @@
-"""The six views, each a pure function of one shape: `fig_<view>(data, options) -> go.Figure`.
+"""The seven views, each a pure function of one shape: `fig_<view>(data, options) -> go.Figure`.
 
 `ViewData` is everything a view draws: the `Run`, plus what the handler fetched for the view on
 screen before drawing (the shown layer's attention blocks, the steps' costs, the roofline's machine,
@@ -16,18 +16,20 @@ import plotly.graph_objects as go
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts
 from explorer.analysis.records import OpCost
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, SinkSummary, key_importance
 from explorer.families import FAMILIES
 from explorer.figures.attention import attention_figure, stack_attention
 from explorer.figures.forward import forward_figure
 from explorer.figures.journey import journey_figure
 from explorer.figures.kv_cache import kv_cache_figure
+from explorer.figures.lens import LensColumns, lens_figure
 from explorer.figures.roofline import roofline_figure
 from explorer.figures.sampling import same_sampling, sampling_figure
 from explorer.figures.theme import empty_figure, presenter_style
 from explorer.run import Run
 from explorer.trace import SamplingRecord
 
-VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline")
+VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline", "lens")
 # The attention window drawn at full resolution: 48^2 cells x 32 heads (Qwen3-8B) stay under ~400 KB.
 ZOOM_TOKENS = 48
 NO_VALUES = "Shape-only mode: the model has no weights, so there are no {} to show (shapes and costs only)."
@@ -46,6 +48,9 @@ class ViewOptions:
         zoom: first token of a `ZOOM_TOKENS`-token window of the attention matrix drawn at full
             resolution; None draws the whole matrix (pooled when it is long).
         what_if: the roofline's what-if (batch, context, formats, engine choices); empty: the run's own.
+        lens_stat: what colours the logit lens's cells (`explorer.figures.lens.LENS_STATS`).
+        sink_threshold: the attention view marks a head as a sink where its first token's importance
+            exceeds this.
     """
 
     step: int
@@ -55,6 +60,8 @@ class ViewOptions:
     presenter: bool = False
     zoom: int | None = None
     what_if: Scenario = Scenario()
+    lens_stat: str = "top1"
+    sink_threshold: float = DEFAULT_SINK_THRESHOLD
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,8 @@ class ViewData:
         stop_costs: forward-pass view: the analytic cost of each stop of the shown layer and outside
             the layers, by canonical name, for the prefill then the shown decode step; empty where
             the cost model does not know the family.
+        sinks: attention view: the first token's importance for every layer and head at the shown
+            step ([L, h]); None where not every layer's attention is at hand.
     """
 
     run: Run
@@ -90,6 +99,7 @@ class ViewData:
     measured_roofs: Hardware | None = None
     preview: SamplingRecord | None = None
     stop_costs: tuple[dict[str, OpCost], ...] = ()
+    sinks: np.ndarray | None = None
 
 
 def fig_forward(data: ViewData, options: ViewOptions) -> go.Figure:
@@ -135,9 +145,26 @@ def fig_attention(data: ViewData, options: ViewOptions) -> go.Figure:
         start = max(0, min(options.zoom, len(pieces) - ZOOM_TOKENS))
         window = (start, min(start + ZOOM_TOKENS, len(pieces)))
     n_kv_heads = trace.kv[options.layer].key_shape[1]
+    importance = key_importance(probs)[:, 0]  # the first token's, per head of this layer
+    threshold = options.sink_threshold
+    notes = [f" · sink {value:.2f}{' ●' if value > threshold else ''}" for value in importance]
     return attention_figure(probs, pieces, n_kv_heads, options.layer, trace.step_index,
                             new_rows=min(trace.step_index, 1), average=options.average_heads, window=window,
-                            presenter=options.presenter)
+                            presenter=options.presenter, head_notes=notes,
+                            note=sink_note(importance, data.sinks, threshold))
+
+
+def sink_note(importance: np.ndarray, every_layer: np.ndarray | None, threshold: float) -> str:
+    """The attention view's line on sinks: how many of the layer's heads, and of all (layer, head)
+    pairs, put a mean weight over `threshold` on the first token (computed from the probabilities)."""
+    here = int((importance > threshold).sum())
+    line = f"Sinks ● (mean weight on token 0 over the queries > {threshold:g}): {here} of {len(importance)} heads here"
+    if every_layer is not None:
+        summary = SinkSummary(every_layer, threshold)
+        counts = summary.per_layer()
+        line += (f"; {int(summary.sinks.sum())} of {summary.sinks.size} ({summary.share:.0%}) in all layers, "
+                 f"per layer {counts.min()}-{counts.max()} of {every_layer.shape[1]}")
+    return line
 
 
 def fig_kv_cache(data: ViewData, options: ViewOptions) -> go.Figure:
@@ -171,8 +198,22 @@ def fig_roofline(data: ViewData, options: ViewOptions) -> go.Figure:
                            measured_roofs=data.measured_roofs)
 
 
+def fig_lens(data: ViewData, options: ViewOptions) -> go.Figure:
+    """Every layer's prediction at each position up to the shown step (the prefill's positions, then one
+    per decode step), from the steps' stored lens."""
+    trace = data.run.step(options.step)
+    if trace.shape_only:
+        return empty_figure("lens", NO_VALUES.format("logits"))
+    records = [step.lens for step in data.run.steps[: trace.step_index + 1]]
+    if any(record is None for record in records):
+        return empty_figure("lens", "This run was saved without its logit lens.")
+    columns = LensColumns.join(records)
+    return lens_figure(columns, data.run.pieces_until(trace.step_index), data.run.piece, options.lens_stat,
+                       trace.step_index, records[0].positions[0])
+
+
 FIGURES = {"forward": fig_forward, "journey": fig_journey, "attention": fig_attention, "kv_cache": fig_kv_cache,
-           "sampling": fig_sampling, "roofline": fig_roofline}
+           "sampling": fig_sampling, "roofline": fig_roofline, "lens": fig_lens}
 
 
 def draw(view: str, data: ViewData, options: ViewOptions) -> go.Figure:

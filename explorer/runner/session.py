@@ -26,6 +26,7 @@ from explorer.runner.batch import MAX_PROMPTS, Batch, pad_id
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
+from explorer.runner.lens import capture_residuals, lens_positions, lens_record
 from explorer.runner.loading import LoadedModel
 from explorer.runner.prompts import check_prompt_chars, check_unicode
 from explorer.runner.sampling import sample_next_token
@@ -357,6 +358,11 @@ class InferenceSession:
             raise PromptError("A batch of copies runs in shape-only mode (--config); with real weights, give "
                               "one prompt per sequence.")
 
+    def prompt_ids(self, prompt: str, use_chat_template: bool = True, system_prompt: str | None = None,
+                   enable_thinking: bool = False) -> list[int]:
+        """The token ids a prefill of `prompt` would feed (the same checks; raises `PromptError` as `prefill`)."""
+        return self._tokenize(prompt, use_chat_template, system_prompt, None, enable_thinking)
+
     def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking) -> list[int]:
         if prompt_tokens is None:
             ids = self._encode(prompt, use_chat_template, system_prompt, enable_thinking)
@@ -416,13 +422,20 @@ class InferenceSession:
         keep = 0 if self.lm_head_all else 1  # transformers: 0 keeps every position
         inputs = self._batch.inputs(stage, self.loaded.device) if self._batch is not None else {
             "input_ids": torch.tensor([new_ids] * self.batch, device=self.loaded.device)}
-        with model_lock(model), torch.inference_mode(), tracing(model, self._cache, recorder):
+        lens_width = 0 if self.loaded.shape_only else lens_positions(len(new_ids), model.config.num_hidden_layers)
+        with model_lock(model), torch.inference_mode(), capture_residuals(model, lens_width) as residuals, \
+                tracing(model, self._cache, recorder):
             start = time.perf_counter()
             output = model(**inputs, cache=self._cache, use_cache=True, logits_to_keep=keep)
             recorder.finish()  # on CUDA the step's one synchronise, so wall_ms covers the GPU's work
             wall_ms = (time.perf_counter() - start) * 1e3
         kv, context_length = self._kv_snapshots(), self._cache.get_seq_length()
         sampling, token_text, finish_reason = self._choose(output.logits[:, -1], extra)
+        lens = None
+        if lens_width:
+            with torch.inference_mode():  # after the draw: each column's next token is known
+                lens = lens_record(model, residuals, output.logits[0, -1], self.ids[-lens_width:],
+                                   context_length - lens_width)
         trace = StepTrace(
             stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
             context_length=context_length,
@@ -430,7 +443,7 @@ class InferenceSession:
             kv=kv, attention=[AttentionRecord(i, shape) for i, shape in sorted(recorder.attention_shapes.items())],
             logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
             sampling=sampling, token_text=token_text, finished=bool(finish_reason), finish_reason=finish_reason,
-            wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only,
+            wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only, lens=lens,
         )
         self.attention.store.add(recorder.attention, recorder.attention_inputs)
         self.run.append(trace, self._named_pieces(trace), self._text())
@@ -473,12 +486,14 @@ class InferenceSession:
 
     def _named_pieces(self, trace: StepTrace) -> dict[int, str]:
         """The pieces of the ids a step names that the run does not yet: the ids it fed, the token it
-        chose and its `PIECES_PER_STEP` top tokens."""
+        chose, its `PIECES_PER_STEP` top tokens and the top tokens of its logit lens."""
         named = set(trace.input_ids)
         if trace.logits is not None:
             named.add(trace.sampling.token_id)
             top = min(PIECES_PER_STEP, trace.logits.size)
             named.update(int(i) for i in np.argpartition(trace.logits, -top)[-top:])
+        if trace.lens is not None:
+            named.update(np.unique(trace.lens.top_ids).tolist())
         new = sorted(named.difference(self.run.pieces))
         return dict(zip(new, self.pieces(new), strict=True))
 

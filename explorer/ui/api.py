@@ -20,7 +20,7 @@ API = {
     "reset": "Forget this client's run: its KV cache and steps freed, its exports deleted. Returns the emptied "
              "step outputs.",
     "figure": "One view of this client's run as Plotly JSON text (`plotly.io.from_json`), drawn as the app draws "
-              "it: `view` is forward, journey, attention, kv_cache, sampling or roofline; `step` None is the latest; "
+              "it: `view` is forward, journey, attention, kv_cache, sampling, roofline or lens; `step` None is the latest; "
               "`hardware` None is the machine the run ran on.",
     "export": "This client's run as JSON, every step's trace and attention matrix (`Explorer.open(path)`, or the "
               "app's \"Load a saved run\", shows it with no model). Returns the file.",

@@ -20,10 +20,13 @@ from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, ExplorerError, PromptError, SamplingSettingsError, SessionStateError
+from explorer.figures.equivalence import equivalence_figure
+from explorer.figures.lens import LENS_STATS
 from explorer.figures.theme import empty_figure, plain_label
 from explorer.figures.views import VIEWS, ViewOptions
 from explorer.journey import step_label
 from explorer.run import Run
+from explorer.runner.equivalence import run_equivalence
 from explorer.runner.prompts import check_prompt_chars
 from explorer.runner.session import InferenceSession
 from explorer.saved import load_run
@@ -48,6 +51,8 @@ SAMPLING_INPUTS = len(SAMPLING_FIELDS)
 RESTORED_INPUTS = ("prompt", "prompt_tokens", "use_chat_template", "system_prompt", "enable_thinking",
                    *SAMPLING_FIELDS)  # a loaded run's
 EMPTY_VIEW = "Type a prompt and press Prefill."
+EQUIVALENCE_EMPTY = "Prefill a prompt, then run the experiment: the same logits computed equivalent ways."
+APP_EQUIVALENCE_STEPS = 8  # the experiment holds the shared model: few steps in the app (the CLI takes 32)
 # visit, status, token strip, text, step menu, layer slider, the "go on from which step" question, Reset's
 # "are you sure" question, the views
 STEP_OUTPUTS = 8 + len(VIEWS)
@@ -139,7 +144,7 @@ class ServedHandlers:
         app draws it.
 
         Args:
-            view: forward, journey, attention, kv_cache, sampling or roofline.
+            view: forward, journey, attention, kv_cache, sampling, roofline or lens.
             step: 0 for the prefill, k for the k-th decode step; None: the latest.
             layer: the decoder layer (forward, journey, attention).
             average_heads: attention: the mean over query heads.
@@ -479,6 +484,46 @@ def on_hardware_change(visit: Visit | None, step: int | None, hardware: str, pre
 
 
 @shows_errors
+def on_lens_stat_change(visit: Visit | None, stat: str, step: int | None, presenter: bool = False):
+    """Colour the logit lens by another statistic (`LENS_STATS`), kept for the visit's later redraws."""
+    if not _open(visit) or stat not in LENS_STATS:
+        return gr.skip()
+    visit.lens_stat = stat
+    return render(visit, _options(visit, step, 0, False, "", presenter), "lens")
+
+
+@shows_errors
+def on_sink_threshold_change(visit: Visit | None, threshold: float | None, step: int | None, layer: int,
+                             average_heads: bool, presenter: bool = False, zoom: str | None = None):
+    """Mark as sinks the heads whose first token's importance exceeds another threshold (0..1), kept for
+    the visit's later redraws; redraws the attention view."""
+    if not _open(visit) or threshold is None:
+        return gr.skip()
+    visit.sink_threshold = min(1.0, max(0.0, float(threshold)))
+    return render(visit, _options(visit, step, layer, average_heads, "", presenter, zoom), "attention")
+
+
+def on_equivalence_tab(visit: Visit | None):
+    """The run's experiment where it ran one (live or saved); else the figure says how to run it."""
+    if not _open(visit) or visit.run.equivalence is None:
+        return empty_figure("equivalence", EQUIVALENCE_EMPTY)
+    return equivalence_figure(visit.run.equivalence, visit.run.piece)
+
+
+@shows_errors
+def on_equivalence_click(visit: Visit | None, steps: float | None):
+    """Run the "equivalent is not identical" experiment on the prefill's prompt (the model's lock held
+    meanwhile), keep its result in the run (an export saves it), and draw it."""
+    if not _open(visit) or visit.saved:
+        raise SessionStateError("Run a prefill first: the experiment runs the model on its prompt "
+                                "(a saved run has no model).")
+    count = _index(steps, 4, APP_EQUIVALENCE_STEPS)
+    session = visit.session
+    visit.run.equivalence = run_equivalence(session.loaded, visit.run.steps[0].input_ids, max(1, count))
+    return equivalence_figure(visit.run.equivalence, visit.run.piece)
+
+
+@shows_errors
 def on_what_if_change(visit: Visit | None, step: int | None, hardware: str, presenter: bool, *values):
     """Redraw the roofline for the what-if controls' `values` (`WHAT_IF_FIELDS` order; an empty box
     or "as run" keeps the step's own value); the model is not run. Returns (the scenario, for the
@@ -533,7 +578,7 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
     n_layers = len(traces[0].kv)
     layer = _index(layer, 0, n_layers - 1)
     options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom),
-                          what_if or Scenario())
+                          what_if or Scenario(), visit.lens_stat, visit.sink_threshold)
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
     return (visit, status_text(visit, latest), strip_html(visit, latest), visit.run.text, steps,
             gr.update(maximum=n_layers - 1, value=layer), _hidden() if latest == 0 else _close_question(visit),
@@ -637,7 +682,8 @@ def _options(visit: Visit, step: int | None, layer: int, average_heads: bool, ha
     step = _index(step, latest, latest)
     layer = _index(layer, 0, len(visit.run.steps[0].kv) - 1)
     scenario = what_if if isinstance(what_if, Scenario) else Scenario()
-    return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom), scenario)
+    return ViewOptions(step, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom), scenario,
+                       visit.lens_stat, visit.sink_threshold)
 
 
 def _zoom(value: str | float | None) -> int | None:

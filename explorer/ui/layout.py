@@ -15,7 +15,9 @@ import gradio as gr
 from explorer.analysis.hardware import THIS_MACHINE, hardware_names
 from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
 from explorer.config import SamplingSettings
+from explorer.figures.lens import LENS_STATS
 from explorer.figures.theme import empty_figure
 from explorer.figures.views import VIEWS, ZOOM_TOKENS
 from explorer.runner.devices import roofline_hardware_key
@@ -40,11 +42,11 @@ DELETE_CACHE = (600, SESSION_TTL_S)
 # The app starts in sampling mode so the sampling view has filters to show; the seed makes it repeatable.
 APP_SAMPLING = SamplingSettings(do_sample=True, temperature=0.8, top_k=50, top_p=0.9, min_p=0.0)
 VIEW_TITLES = {"forward": "Forward pass", "journey": "Journey", "attention": "Attention", "kv_cache": "KV cache",
-               "sampling": "Sampling", "roofline": "Roofline"}
+               "sampling": "Sampling", "roofline": "Roofline", "lens": "Logit lens"}
 PLOT_IDS = {"forward": "forward-plot", "journey": "journey-plot", "attention": "attention-plot",
-            "kv_cache": "kv-plot", "sampling": "sampling-plot", "roofline": "roofline-plot"}
+            "kv_cache": "kv-plot", "sampling": "sampling-plot", "roofline": "roofline-plot", "lens": "lens-plot"}
 SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · **R** reset (R again: yes) · "
-             "**1-6** switch views · **F** full screen · **S** these settings · **L** the lesson (its pages: "
+             "**1-7** switch views (**8** the experiment) · **F** full screen · **S** these settings · **L** the lesson (its pages: "
              "← →, PageUp, PageDown)")
 TITLE = ("**LLM Inference Explorer** · a prompt, its **prefill**, then one **decode** step at a time · "
          "**Lesson** (key **L**): a tour of your run · "
@@ -131,7 +133,8 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
                                    max_lines=2, scale=3, min_width=240)
         c["what_if"] = gr.State(Scenario())  # the roofline's what-if, for every redraw of it
         c |= _lesson_panel()
-        c["tabs_selected"], c["tabs"], c["plots"] = _view_tabs()  # the tabs, then each tab and plot by view
+        c["tabs_selected"], c["tabs"], c["plots"], experiment = _view_tabs()  # the tabs, each tab and plot by view
+        c |= experiment
         _wire_model(c, app)
         _wire_steps(c, app)
         _wire_lecture(c, app, demo)
@@ -191,8 +194,13 @@ def _view_settings(loaded: LoadedModel) -> dict[str, gr.components.Component]:
                           placeholder="empty: the whole matrix", elem_id="attention-zoom")
         machine = THIS_MACHINE if loaded.shape_only else roofline_hardware_key(loaded.device)
         hardware = gr.Dropdown(hardware_names(), value=machine, label="Roofline hardware", elem_id="hardware-select")
+        sink = gr.Number(DEFAULT_SINK_THRESHOLD, label="Attention: a sink puts a mean weight over this on token 0",
+                         minimum=0, maximum=1, step=0.05, elem_id="sink-threshold")
+        lens_stat = gr.Radio([(label, key) for key, (label, _) in LENS_STATS.items()], value="top1",
+                             label="Logit lens: colour by", elem_id="lens-stat")
         presenter = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
-    return {"average": average, "zoom": zoom, "hardware": hardware, "presenter": presenter}
+    return {"average": average, "zoom": zoom, "hardware": hardware, "lens_stat": lens_stat, "sink": sink,
+            "presenter": presenter}
 
 
 def _lecture_tools(c: dict, limits: Limits) -> None:
@@ -265,10 +273,12 @@ def _lesson_panel() -> dict[str, gr.components.Component]:
             "lesson_close": close, "lesson_page": gr.State(None)}
 
 
-def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot]]:
+def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[str, gr.components.Component]]:
     """One tab per view, each with its Plotly figure and a "Full screen" button in the plot's tool bar
     (the browser's full screen for the views, the figure fitted to it: `explorerFullscreen` in
-    assets/shortcuts.js); returns the tabs and the plots by view."""
+    assets/shortcuts.js), then the "equivalent is not identical" experiment's tab (no view of the run:
+    its button runs the model); returns the tabs and the plots by view (and "equivalence"), and the
+    experiment's steps box and button."""
     tabs, plots = {}, {}
     with gr.Tabs(elem_id="views") as container:
         for view in VIEWS:
@@ -278,7 +288,15 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot]]:
                                       label=f"{VIEW_TITLES[view]} (Plotly figure; drawn for the view on screen)",
                                       elem_id=PLOT_IDS[view], buttons=[full_screen])
                 full_screen.click(None, js="() => window.explorerFullscreen()")
-    return container, tabs, plots
+        with gr.Tab("Equivalent ≠ identical", id="equivalence", elem_id="tab-equivalence") as tabs["equivalence"]:
+            with gr.Row():
+                steps = gr.Number(4, label="greedy steps", precision=0, minimum=1, maximum=handlers.APP_EQUIVALENCE_STEPS,
+                                  elem_id="equivalence-steps", scale=0, min_width=140)
+                button = gr.Button("Run the experiment on this prompt (the model is busy for it: seconds "
+                                   "to a minute on a CPU)", elem_id="equivalence-btn")
+            plots["equivalence"] = gr.Plot(empty_figure("equivalence", handlers.EQUIVALENCE_EMPTY), show_label=False,
+                                           elem_id="equivalence-plot")
+    return container, tabs, plots, {"equivalence_steps": steps, "equivalence_btn": button}
 
 
 def _what_if_controls() -> dict[str, gr.components.Component]:
@@ -423,6 +441,16 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     for view in VIEWS:
         c["tabs"][view].select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"], c["what_if"]],
                                [c["shown"], c["plots"][view]], **model_queue)
+    # the tab shows the run's experiment where it ran one (a saved run's too)
+    c["tabs"]["equivalence"].select(handlers.on_equivalence_tab, c["visit"], c["plots"]["equivalence"],
+                                    show_progress="hidden", api_visibility="private")
+    c["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["equivalence_steps"]],
+                               c["plots"]["equivalence"], show_progress="minimal", **model_queue)
+    c["lens_stat"].input(handlers.on_lens_stat_change, _named(c, ("visit", "lens_stat", "step", "presenter")),
+                         c["plots"]["lens"], show_progress="hidden", api_visibility="private")
+    c["sink"].change(handlers.on_sink_threshold_change,
+                     _named(c, ("visit", "sink", "step", "layer", "average", "presenter", "zoom")),
+                     c["plots"]["attention"], show_progress="hidden", **model_queue)
     c["hardware"].input(handlers.on_hardware_change, _named(c, ("visit", "step", "hardware", "presenter", "what_if")),
                         c["plots"]["roofline"], api_visibility="private")
     # a what-if redraws the roofline from the cost model alone: no model run, so not in the model queue

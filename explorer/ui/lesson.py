@@ -17,7 +17,7 @@ from explorer.figures.views import VIEWS
 from explorer.lesson import PAGES, LessonInputs, LessonPage, page_layer, page_text
 from explorer.ui import handlers
 from explorer.ui.toasts import shows_errors
-from explorer.ui.views import Visit, roofline_machine
+from explorer.ui.views import Visit, every_layer_sinks, roofline_machine
 
 # After the step outputs: the lesson's panel, its text, its page index, the view tabs, the view on
 # screen, the roofline's what-if and its batch box.
@@ -57,7 +57,9 @@ def lesson_outputs(visit: Visit, index: int, average: bool, hardware: str, prese
     scenario = Scenario(batch=page.batch)
     machine = roofline_machine(visit, hardware)
     attention = visit.attention.probs(step, layer) if visit.attention.has(step, layer) else None
-    text = page_text(page, LessonInputs(run, step, layer, machine, attention))
+    sinks = every_layer_sinks(visit, step) if page.key == "sinks" and not run.steps[step].shape_only else None
+    text = page_text(page, LessonInputs(run, step, layer, machine, attention, sinks, visit.sink_threshold,
+                                        run.equivalence))
     try:
         outputs = handlers.step_outputs(visit, layer, average, hardware, page.view, presenter, zoom, scenario)
     except ExplorerError as exc:  # a saved run without this view's values: the figure says so

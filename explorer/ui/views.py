@@ -10,10 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import plotly.graph_objects as go
 
 from explorer import view_data as shared
 from explorer.analysis.hardware import Hardware
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
 from explorer.config import SamplingSettings
 from explorer.figures.views import ViewData, ViewOptions, draw
 from explorer.run import AttentionSource, Run, SavedAttention
@@ -38,6 +40,10 @@ class Visit:
         viewing: the earlier step the person chose in the step menu; None while the latest is shown.
         pending: (the earlier step shown, the decode steps asked for) while the page asks whether to
             continue from that step or from the latest one; None otherwise.
+        lens_stat: what colours the logit lens (the view settings' choice, kept for every redraw).
+        sink_threshold: the attention view's sink threshold (the view settings' choice).
+        sink_sums: each step's sinks, computed once on the attention view's first draw of it
+            (`explorer.view_data.every_layer_sinks`).
     """
 
     run: Run
@@ -47,6 +53,9 @@ class Visit:
     exports: dict[str, Path] = field(default_factory=dict, init=False, repr=False)
     viewing: int | None = field(default=None, init=False)
     pending: tuple[int, int] | None = field(default=None, init=False)
+    lens_stat: str = field(default="top1", init=False)
+    sink_threshold: float = field(default=DEFAULT_SINK_THRESHOLD, init=False)
+    sink_sums: shared.SinkSums = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def start(cls, session: InferenceSession, limits: Limits) -> Visit:
@@ -85,13 +94,19 @@ def view_data(visit: Visit, options: ViewOptions, view: str, preview: SamplingSe
         SessionStateError: a saved run holds no attention for the shown layer and steps.
         ConfigError: the roofline's machine is unknown.
     """
-    return shared.view_data(visit.run, visit.attention, options, view, preview, visit.saved)
+    return shared.view_data(visit.run, visit.attention, options, view, preview, visit.saved, visit.sink_sums)
 
 
 def render(visit: Visit, options: ViewOptions, view: str, preview: SamplingSettings | None = None) -> go.Figure:
     """The figure of one view (one of `explorer.figures.views.VIEWS`); for
     the sampling view, `preview` applies other settings to the step's stored logits."""
     return draw(view, view_data(visit, options, view, preview), options)
+
+
+def every_layer_sinks(visit: Visit, step: int) -> np.ndarray | None:
+    """[L, h]: the first token's importance for every layer and head at `step` of the visit's run
+    (`explorer.view_data.every_layer_sinks`); None where the run lacks some layer's attention."""
+    return shared.every_layer_sinks(visit.run, visit.attention, step, visit.sink_sums)
 
 
 def roofline_machine(visit: Visit, hardware: str) -> Hardware:

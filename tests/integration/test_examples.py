@@ -6,9 +6,12 @@ import re
 
 import numpy as np
 
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, SinkSummary
 from explorer.config import SamplingSettings
 from explorer.runner.session import InferenceSession
+from explorer.ui.hosting import LOCAL
 from explorer.ui.layout import examples
+from explorer.ui.views import Visit, every_layer_sinks
 
 
 def example(start: str) -> dict:
@@ -37,12 +40,16 @@ def test_top_p_keeps_the_count_the_label_says_for_the_story(embedded_model):
     assert kept(session_for(embedded_model, chosen).traces[0]) == said
 
 
-def test_the_long_prompt_has_an_attention_sink_and_the_cache_the_label_says(embedded_model):
+def test_the_long_prompt_has_the_attention_sinks_and_the_cache_the_label_says(embedded_model):
     chosen = example("A long prompt")
     session = session_for(embedded_model, chosen)
     n = session.traces[0].context_length
     said = int(re.search(r"~(\d+) positions", chosen["label"]).group(1))
     assert abs(n - said) <= 0.1 * said
-    late = session.attention.probs(0, len(session.traces[0].kv) - 1)  # [h_q, T, T]
-    first_key = late[:, 1:, 0].mean()  # the mean weight of every later query on the first token
-    assert first_key > 0.3
+    # measured as the attention view measures them: every layer's first-token importance
+    summary = SinkSummary(every_layer_sinks(Visit.start(session, LOCAL), 0), DEFAULT_SINK_THRESHOLD)
+    share = int(re.search(r"\((\d+)% of all heads", chosen["label"]).group(1))
+    assert round(summary.share * 100) == share
+    first, heads = int(re.search(r"every layer from (\d+) on", chosen["label"]).group(1)), int(
+        re.search(r"(\d+) or more of", chosen["label"]).group(1))
+    assert (summary.per_layer()[first:] >= heads).all() and (summary.per_layer()[:first] < heads).all()

@@ -78,7 +78,7 @@ def test_bad_requests_say_what_to_do(model, explored):
     with pytest.raises(SessionStateError, match="prefill"):
         Explorer(model).figure("forward")
     with pytest.raises(ConfigError, match="pick one of forward, journey"):
-        explored.figure("lens")
+        explored.figure("heatmap")
     with pytest.raises(ConfigError, match="steps 0 to 3 and layers 0 to 2"):
         explored.figure("attention", step=4)
     with pytest.raises(ConfigError, match="whole number >= 1"):

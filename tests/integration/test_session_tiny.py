@@ -345,5 +345,5 @@ def test_thinking_is_off_unless_asked_through_the_chat_templates_switch():
     on = session.prefill("Hi", enable_thinking=True)
     assert loaded.tokenizer.decode(on.input_ids) == "<user>Hi\n<assistant>"
     assert session.run.prompt.enable_thinking is True
-    saved = json.loads(json.dumps(run_to_dict(session.run, session.attention)))  # as a file holds it
+    saved = json.loads(dumps(run_to_dict(session.run, session.attention)))  # as a file holds it
     assert run_from_dict(saved)[0].prompt.enable_thinking is True

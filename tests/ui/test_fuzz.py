@@ -25,7 +25,7 @@ from explorer.ui.models import ModelRegistry
 FUZZ = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                      HealthCheck.too_slow])
 FIELDS = ("temperature", "top_k", "top_p", "min_p", "seed", "max_new_tokens")
-VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline")
+VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline", "lens")
 
 # Anything a form, an API call or a script might send for a number.
 hostile_float = st.one_of(

@@ -15,7 +15,7 @@ from explorer.ui.models import SHAPE_ONLY_PREFIX, ModelRegistry
 # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
 GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)
 SAMPLED = (True, 0.8, 20, 0.9, 0.0, 3, 8)
-VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline")
+VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline", "lens")
 VIEW = (1, False, "h100-sxm", "attention")  # layer, average over heads, roofline hardware, the view on screen
 ATTENTION, JOURNEY = VIEWS.index("attention"), VIEWS.index("journey")
 

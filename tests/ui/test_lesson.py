@@ -13,11 +13,12 @@ from explorer.lesson import LESSON_BATCH, PAGES, LessonInputs, page_layer, page_
 from explorer.runner.probe import resolve_hardware
 from explorer.ui import handlers, lesson
 from explorer.ui.models import SHAPE_ONLY_PREFIX
+from explorer.ui.views import every_layer_sinks
 
 SAMPLED = (True, 0.9, 5, 0.8, 0.0, 4, 8)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
 CONTROLS = (*SAMPLED, False, "h100-sxm", False, "")  # then heads averaged, hardware, presenter, zoom
 STEP_OUTPUTS = handlers.STEP_OUTPUTS
-VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline")
+VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline", "lens")
 
 
 def prefill(served, choice=None):
@@ -46,8 +47,9 @@ def test_the_lesson_runs_a_decode_step_then_each_page_draws_its_view(served):
         assert index == page_index and state["shown"] == page.view
         assert state["tabs_selected"] == {"selected": page.view, "__type__": "update"}
         assert state["lesson_text"].startswith(f"**Lesson {page_index + 1} of {len(PAGES)}: {page.title}.**")
-        figure = steps[8 + VIEWS.index(page.view)]
-        assert figure.layout.meta == {"view": page.view, "step": 1}
+        if page.view in VIEWS:  # the equivalence experiment's tab is no view of the run: its button draws it
+            figure = steps[8 + VIEWS.index(page.view)]
+            assert figure.layout.meta == {"view": page.view, "step": 1}
         assert steps[5]["value"] == page_layer(page, len(visit.run.steps[0].kv))
         if page.view == "roofline":
             assert state["what_if"].batch == page.batch and state["wi_batch"] == page.batch
@@ -123,3 +125,24 @@ def test_a_saved_run_without_its_attention_still_reads(served, tmp_path):
     assert state["lesson_page"] == 5 and "no attention values to show" in state["lesson_text"]
     figure = steps[8 + VIEWS.index("attention")]  # the view says why it is empty
     assert "holds no attention" in figure.layout.annotations[0].text
+
+
+def test_the_lens_sinks_and_equivalence_pages_say_the_runs_own_numbers(served):
+    visit = prefill(served)
+    turn(visit, None, 0)
+    run, machine = visit.run, resolve_hardware("h100-sxm")
+    page = {p.key: p for p in PAGES}
+    lens = run.steps[1].lens
+    hits = [row for row in range(lens.top_ids.shape[0]) if lens.top_ids[row, -1, 0] == lens.next_ids[-1]]
+    text = page_text(page["lens"], LessonInputs(run, 1, 0, machine))
+    assert f"**{lens.next_probs[-1, -1]:.2f}** at the output" in text
+    assert (f"after **layer {hits[0] - 1}**" if hits[0] > 0 else "of the embedding itself") in text
+    sinks = every_layer_sinks(visit, 1)
+    text = page_text(page["sinks"], LessonInputs(run, 1, 2, machine, sinks=sinks, sink_threshold=0.2))
+    assert f"**{(sinks > 0.2).mean():.0%}** of the {sinks.size} (layer, head) pairs" in text
+    assert f"{int((sinks[2] > 0.2).sum())} in layer 2 (shown" in text
+    assert "Press **Run the experiment**" in page_text(page["equivalence"], LessonInputs(run, 1, 0, machine))
+    handlers.on_equivalence_click(visit, 2)
+    _, state = turn(visit, len(PAGES) - 2, 1)
+    recompute = visit.run.equivalence.comparisons[-1]
+    assert f"no KV cache (full recompute): up to **{max(recompute.max_abs):.1e}**" in state["lesson_text"]

@@ -171,6 +171,16 @@ def test_the_real_run_loads_and_every_view_draws(run, tmp_path):
     (["traces", 2, "finish_reason"], "<img>", "traces[2].finish_reason must be one of '', 'context_full', 'eos', "
      "'max_new_tokens', not text"),
     (["traces"], [], "traces must be a list of the run's steps, the prefill first, not a list of 0"),
+    # the logit lens: its columns against the step, its statistics against the vocabulary and the layers
+    (["traces", 0, "lens", "positions"], [1, 2], "traces[0].lens.positions must be the step's last positions, "
+     "in order, up to 10"),
+    (["traces", 1, "lens", "next_ids", 0], 7, "traces[1].lens.next_ids must be the id that follows each position "
+     "(the last: the token chosen)"),
+    (["traces", 1, "lens", "top_ids", 0, 0, 0], 101, "traces[1].lens.top_ids must be token ids in [0, 100], not 101"),
+    (["traces", 1, "lens", "top_probs", 2, 0, 0], 1.5, "traces[1].lens.top_probs must be numbers in [0, 1]"),
+    (["traces", 1, "lens", "entropy_bits"], [[0.5]] * 3, "traces[1].lens.entropy_bits must be a list of shape "
+     "[4, 1], not a list of 3"),
+    (["traces", 1, "lens", "compute_ms"], -1, "traces[1].lens.compute_ms must be a number in [0, inf], not -1"),
     # text that cannot be sent to the page (it then waited for ever, the session already replaced)
     (["description"], "\ud800", "description must be valid Unicode text (it holds a lone surrogate, \\ud800-\\udfff)"),
     (["description"], "x" * 1001, "description must be text of at most 1,000 characters"),
@@ -198,6 +208,13 @@ def test_missing_and_extra_fields_are_named(run, tmp_path):
     run["traces"][0]["ops"][0]["evil"] = 1
     assert load_error(tmp_path, run) == damaged("traces[0].ops[0] must be an object of exactly name, kind, layer, "
                                                 "input_shapes, output_shapes, dtype, wall_ms")
+
+
+def test_a_run_saved_before_the_lens_loads_without_it(run, tmp_path):
+    for trace in run["traces"]:
+        del trace["lens"]
+    loaded, _ = load_run(write(tmp_path, run))
+    assert all(step.lens is None for step in loaded.steps)
 
 
 def test_a_drawn_token_the_last_stage_filtered_out_is_refused(run, tmp_path):
@@ -312,7 +329,7 @@ def test_a_run_saved_on_a_gpu_draws_its_roofline_here(served, run, tmp_path):
         trace["device"] = "cuda:0"  # asking this machine for that GPU's name failed without CUDA
     outputs = handlers.ServedHandlers(served).on_import_upload(None, write(tmp_path, run), 0, False, "this-machine",
                                                                "roofline")
-    roofline = outputs[handlers.STEP_OUTPUTS - 1]
+    roofline = outputs[handlers.STEP_OUTPUTS - len(VIEWS) + VIEWS.index("roofline")]
     assert roofline.layout.meta == {"view": "roofline", "step": 2}
     assert not [t for t in roofline.data if t.name.endswith("measured")]  # measured on another machine
 

@@ -1,0 +1,46 @@
+"""The logit lens figure from a hand-built run: cells, colours, hover and thinning."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from figure_traces import hand_run
+
+from explorer.figures.lens import LensColumns, first_top1_row, shown_rows
+from explorer.figures.views import ViewData, ViewOptions, fig_lens
+from explorer.trace import LensRecord
+
+
+@pytest.mark.parametrize("stat", ["top1", "next", "entropy"])
+def test_each_cell_is_its_top1_token_coloured_by_the_chosen_statistic(stat):
+    run, _ = hand_run(decode_steps=2)
+    fig = fig_lens(ViewData(run), ViewOptions(2, 0, False, "h100-sxm", lens_stat=stat))
+    heatmap = fig.data[0]
+    prefill, *decodes = (step.lens for step in run.steps)
+    assert fig.layout.meta == {"view": "lens", "step": 2}
+    assert len(heatmap.x) == len(prefill.positions) + 2 and list(heatmap.y) == ["embedding", "layer 0", "layer 1"]
+    expected = {"top1": lambda r: r.top_probs[..., 0], "next": lambda r: r.next_probs, "entropy": lambda r: r.entropy_bits}
+    np.testing.assert_array_equal(heatmap.z, np.concatenate([expected[stat](r) for r in (prefill, *decodes)], axis=1))
+    last = decodes[-1]
+    assert heatmap.text[1][-1] == run.piece(int(last.top_ids[1, 0, 0]))  # the hand-built pieces have no blanks
+    for token_id, prob in zip(last.top_ids[1, 0], last.top_probs[1, 0], strict=True):
+        assert f"{run.piece(int(token_id))}" in heatmap.customdata[1][-1] and f"{prob:.3f}" in heatmap.customdata[1][-1]
+
+
+def test_the_prefill_shows_its_positions_only():
+    run, _ = hand_run(decode_steps=2)
+    heatmap = fig_lens(ViewData(run), ViewOptions(0, 0, False, "h100-sxm")).data[0]
+    assert len(heatmap.x) == len(run.steps[0].input_ids)
+
+
+def test_deep_models_are_thinned_keeping_the_first_and_last_rows():
+    rows = shown_rows(81, 32)
+    assert rows[0] == 0 and rows[-1] == 80 and len(rows) == 32 and rows == sorted(set(rows))
+    assert shown_rows(31, 32) == list(range(31))
+
+
+def test_the_first_row_naming_the_next_token():
+    top = np.array([[[5]], [[7]], [[9]], [[7]]])  # [rows 4, positions 1, k 1]
+    ones, zeros = np.ones((4, 1, 1), np.float32), np.zeros((4, 1), np.float32)
+    assert first_top1_row(LensColumns.join([LensRecord([0], [7], top, ones, zeros, zeros, 1.0)]), 0) == 1
+    assert first_top1_row(LensColumns.join([LensRecord([0], [3], top, ones, zeros, zeros, 1.0)]), 0) is None
