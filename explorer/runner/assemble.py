@@ -80,7 +80,7 @@ class _LayerEvents:
 
 def _from_event(name: str, kind: str, layer: int | None, event: Event, outputs: list | None = None) -> OpRecord:
     return OpRecord(name, kind, layer, event.inputs, event.outputs if outputs is None else outputs, event.dtype,
-                    (event.end - event.start) * 1e3)
+                    event.seconds * 1e3)
 
 
 def _ms(start: float, end: float) -> float:

@@ -3,10 +3,18 @@
 Query head h reads KV head h // g (g = h_q / h_kv, transformers' `repeat_kv`), so the query heads at
 offset i of every group (h = j·g + i) pair with KV heads j = 0..h_kv-1 as they lie. Each product here
 is the [T, d_h] x [d_h, n] GEMM eager attention (`eager_attention_forward` in modeling_llama.py) runs
-per head, on the same values, so the results are eager's bit for bit
-(tests/integration/test_faithfulness.py) with no g copies of K and V written at every step.
+per head, on the same values, with no g copies of K and V written at every step.
 
 Tensors in the grouped layout are [g, B, h_kv, T, ...]: query head j·g + i sits at [i, :, j].
+
+The instrumented attention (`explorer.runner.hooks`) runs these on a block of query rows at a time
+(`block_rows`), so a layer's transient memory is bounded by the block, not by T x n. Each row's
+scores, softmax and weighted sum depend on that row alone, and the products are the same GEMMs on
+fewer rows or heads. They are not always eager's bit for bit: a BLAS kernel may reduce a dot product
+in another order for another shape, so the probabilities and logits equal eager attention's within
+float32 rounding, asserted to 1e-6 (tests/integration/test_query_blocks.py: blocks of 1, 7 and T rows
+on every family's tiny model, up to 3.6e-7 measured; tests/integration/test_faithfulness.py: the
+embedded model's logits to 1e-5).
 """
 
 from __future__ import annotations
@@ -16,6 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+
+# Transient memory of one attention block (`block_rows`). Eager attention materialises the scores and
+# probabilities of every query row at once: 9 heads x 2,048 x 2,048 x 4 B = 151 MB each on the embedded
+# model at 2,048 tokens, 2.4 GB at 8,192; in blocks a layer's transient stays near this bound.
+ATTENTION_BLOCK_BYTES = 32 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +78,29 @@ def softmax(scores: torch.Tensor) -> torch.Tensor:
 
 
 def grouped_weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """P·V from grouped probabilities [g, B, h_kv, T, n] and values [B, h_kv, n, d_h], merged into
-    [B, T, h_q, d_h] (eager's `transpose(1, 2).contiguous()` of its [B, h_q, T, d_h] output)."""
-    group, batch, h_kv, q_len, _ = probs.shape
-    output = probs.new_empty(group, batch, h_kv, q_len, value.shape[-1])
-    for i in range(group):
+    """P·V from grouped probabilities [g, B, h_kv, T, n] and values [B, h_kv, n, d_h]: [g, B, h_kv, T, d_h]."""
+    output = probs.new_empty(*probs.shape[:-1], value.shape[-1])
+    for i in range(probs.shape[0]):
         torch.matmul(probs[i], value, out=output[i])
-    return output.permute(1, 3, 2, 0, 4).reshape(batch, q_len, group * h_kv, value.shape[-1])
+    return output
+
+
+def merge_heads(output: torch.Tensor, merged: torch.Tensor) -> None:
+    """Write grouped outputs [g, B, h_kv, T, d_h] into `merged` [B, T, h_q, d_h] (eager's
+    `transpose(1, 2).contiguous()` of its [B, h_q, T, d_h] output; query head j·g + i is [i, :, j])."""
+    group, _, h_kv = output.shape[:3]
+    merged.unflatten(2, (h_kv, group)).copy_(output.permute(1, 3, 2, 0, 4))
+
+
+def block_rows(h_q: int, q_len: int, n: int, itemsize: int, budget_bytes: int = ATTENTION_BLOCK_BYTES) -> int:
+    """Query rows per attention block, so that a block's transient tensors fit in `budget_bytes`.
+
+    A row costs h_q x n elements in each of: the scores and the probabilities (the model's dtype,
+    `itemsize` bytes), the float32 softmax, and the float32 copy a kept matrix takes; so
+    h_q x n x (2 x itemsize + 8) bytes. At least 1 row, at most the T rows there are.
+    """
+    per_row = h_q * n * (2 * itemsize + 8)
+    return max(1, min(q_len, budget_bytes // per_row))
 
 
 def in_head_order(probs: torch.Tensor) -> torch.Tensor:
@@ -84,8 +113,10 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor) -> np.ndarray:
     """A step's attention probabilities from its queries and the cached keys, under a causal mask.
 
     The mask is eager's (0, or the dtype's minimum above the diagonal: `transformers.masking_utils`),
-    so the values are the ones the step computed, bit for bit. Only for keys every query could see
-    when it ran (no sliding window cut them).
+    and the blocks are the step's (`block_rows` of the same shape), so the values are the ones the step
+    computed, bit for bit. Only for keys every query could see
+    when it ran (no sliding window cut them). Computed a block of query rows at a time (`block_rows`):
+    the transient memory is a block's, beside the [h_q, T, n] result.
 
     Args:
         inputs: the step's queries [h_q, T, d_h] (the last T of the n positions) and scaling.
@@ -95,9 +126,14 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor) -> np.ndarray:
         [h_q, T, n] float32 numpy, rows sum to 1.
     """
     query = inputs.query[None]
-    q_len, n = query.shape[2], keys.shape[2]
-    mask = torch.full((q_len, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
-    mask.triu_(n - q_len + 1)  # query r sits at position n - T + r and sees keys 0..n - T + r
+    h_q, q_len, n = query.shape[1], query.shape[2], keys.shape[2]
+    result = np.empty((h_q, q_len, n), np.float32)
+    rows = block_rows(h_q, q_len, n, query.element_size())
     with torch.inference_mode():
-        probs = softmax(grouped_scores(query, keys, inputs.scaling, inputs.softcap, mask[None, None]))
-        return in_head_order(probs).to(torch.float32).cpu().numpy()
+        for first in range(0, q_len, rows):
+            last = min(first + rows, q_len)
+            mask = torch.full((last - first, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
+            mask.triu_(n - q_len + first + 1)  # query r sits at position n - T + r and sees keys 0..n - T + r
+            scores = grouped_scores(query[:, :, first:last], keys, inputs.scaling, inputs.softcap, mask[None, None])
+            result[:, first:last] = in_head_order(softmax(scores)).to(torch.float32).cpu().numpy()
+    return result
