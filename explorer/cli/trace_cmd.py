@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"model: {loaded.description}")
     session = InferenceSession(loaded, settings)
     traces = [session.prefill(args.prompt, use_chat_template=not args.no_chat_template,
-                              system_prompt=args.system, prompt_tokens=args.prompt_tokens)]
+                              system_prompt=args.system, prompt_tokens=args.prompt_tokens, on_start=_say_estimate)]
     while len(traces) <= args.steps and not session.finished:
         traces.append(session.decode_step())
     if not 0 <= args.layer < len(traces[0].kv):
@@ -71,6 +71,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         _write_json(args.json, traces, session.attention)
     return 0
+
+
+def _say_estimate(n_tokens: int, estimate) -> None:
+    """Before the prefill: the prompt's length and its estimated memory (`explorer.analysis.memory`)."""
+    if estimate is not None:
+        print(f"Prefill of {n_tokens:,} tokens: {estimate.summary()}", file=sys.stderr)
 
 
 def _settings(args: argparse.Namespace) -> SamplingSettings:

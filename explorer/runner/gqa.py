@@ -8,7 +8,8 @@ per head, on the same values, with no g copies of K and V written at every step.
 Tensors in the grouped layout are [g, B, h_kv, T, ...]: query head j·g + i sits at [i, :, j].
 
 The instrumented attention (`explorer.runner.hooks`) runs these on a block of query rows at a time
-(`block_rows`), so a layer's transient memory is bounded by the block, not by T x n. Each row's
+(`explorer.analysis.memory.block_rows`), so a layer's transient memory is bounded by the block, not
+by T x n. Each row's
 scores, softmax and weighted sum depend on that row alone, and the products are the same GEMMs on
 fewer rows or heads. They are not always eager's bit for bit: a BLAS kernel may reduce a dot product
 in another order for another shape, so the probabilities and logits equal eager attention's within
@@ -25,11 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-# Transient memory of one attention block (`block_rows`). Eager attention materialises the scores and
-# probabilities of every query row at once: 9 heads x 2,048 x 2,048 x 4 B = 151 MB each on the embedded
-# model at 2,048 tokens, 2.4 GB at 8,192; in blocks a layer's transient stays near this bound.
-ATTENTION_BLOCK_BYTES = 32 * 2**20
-
+from explorer.analysis.memory import block_rows
 
 @dataclass(frozen=True, slots=True)
 class AttentionInputs:
@@ -90,17 +87,6 @@ def merge_heads(output: torch.Tensor, merged: torch.Tensor) -> None:
     `transpose(1, 2).contiguous()` of its [B, h_q, T, d_h] output; query head j·g + i is [i, :, j])."""
     group, _, h_kv = output.shape[:3]
     merged.unflatten(2, (h_kv, group)).copy_(output.permute(1, 3, 2, 0, 4))
-
-
-def block_rows(h_q: int, q_len: int, n: int, itemsize: int, budget_bytes: int = ATTENTION_BLOCK_BYTES) -> int:
-    """Query rows per attention block, so that a block's transient tensors fit in `budget_bytes`.
-
-    A row costs h_q x n elements in each of: the scores and the probabilities (the model's dtype,
-    `itemsize` bytes), the float32 softmax, and the float32 copy a kept matrix takes; so
-    h_q x n x (2 x itemsize + 8) bytes. At least 1 row, at most the T rows there are.
-    """
-    per_row = h_q * n * (2 * itemsize + 8)
-    return max(1, min(q_len, budget_bytes // per_row))
 
 
 def in_head_order(probs: torch.Tensor) -> torch.Tensor:

@@ -22,8 +22,8 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from explorer.runner.architectures import stop_module_names
-from explorer.runner.gqa import (AttentionInputs, block_rows, grouped_scores, grouped_weighted_sum, merge_heads,
-                                softmax)
+from explorer.analysis.memory import block_rows
+from explorer.runner.gqa import AttentionInputs, grouped_scores, grouped_weighted_sum, merge_heads, softmax
 from explorer.runner.timing import Clock, CudaEventClock
 from explorer.stops import stop_name
 
@@ -74,7 +74,7 @@ class StepRecorder:
         stop_after_layer: end the pass with `StopForward` once this layer's attention is captured.
         on_layer: called with each layer's index once its attention has run (a progress report).
         block_rows: query rows per attention block; None picks them from
-            `explorer.runner.gqa.ATTENTION_BLOCK_BYTES` (`block_rows`).
+            `explorer.analysis.memory.ATTENTION_BLOCK_BYTES` (`block_rows`).
     """
 
     def __init__(
@@ -160,7 +160,7 @@ def explorer_attention(
     probabilities captured.
 
     The scores, softmax, weighted sum and merge run on `block_rows` query rows at a time (the
-    recorder's, else from the memory budget `explorer.runner.gqa.ATTENTION_BLOCK_BYTES`), so a layer's
+    recorder's, else from the memory budget `explorer.analysis.memory.ATTENTION_BLOCK_BYTES`), so a layer's
     transient memory is a block's, not h_q x T x n; a stop's time is the sum over its blocks. The
     values equal eager attention's within float32 rounding, 1e-6 (`explorer.runner.gqa`).
 
