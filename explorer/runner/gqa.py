@@ -1,21 +1,21 @@
 """Eager attention's arithmetic for grouped-query attention, without repeat_kv's copy of the cache.
 
-Query head h reads KV head h // g (g = h_q / h_kv, transformers' `repeat_kv`), so the query heads at
-offset i of every group (h = j·g + i) pair with KV heads j = 0..h_kv-1 as they lie. Each product here
-is the [T, d_h] x [d_h, n] GEMM eager attention (`eager_attention_forward` in modeling_llama.py) runs
-per head, on the same values, with no g copies of K and V written at every step.
+Query head h reads KV head h // g (g = h_q / h_kv, transformers' `repeat_kv`), so the g query heads
+j·g .. j·g + g - 1 all read KV head j. Here they are one GEMM per KV head: the group's queries
+[g·T, d_h] x the head's keys [d_h, n] (one batched matmul over the h_kv heads), where eager attention
+(`eager_attention_forward` in modeling_llama.py) copies K and V g times and runs one GEMM per query
+head. A decode step's attention is then 2 matmuls a layer, not 2·h_q GEMVs, and no copy of the cache.
 
-Tensors in the grouped layout are [g, B, h_kv, T, ...]: query head j·g + i sits at [i, :, j].
+Tensors in the grouped layout are [B, h_kv, g, T, ...], which is head order: a view of [B, h_q, T, ...].
 
 The instrumented attention (`explorer.runner.hooks`) runs these on a block of query rows at a time
 (`explorer.analysis.memory.block_rows`), so a layer's transient memory is bounded by the block, not
-by T x n. Each row's
-scores, softmax and weighted sum depend on that row alone, and the products are the same GEMMs on
-fewer rows or heads. They are not always eager's bit for bit: a BLAS kernel may reduce a dot product
-in another order for another shape, so the probabilities and logits equal eager attention's within
-float32 rounding, asserted to 1e-6 (tests/integration/test_query_blocks.py: blocks of 1, 7 and T rows
-on every family's tiny model, up to 3.6e-7 measured; tests/integration/test_faithfulness.py: the
-embedded model's logits to 1e-5).
+by T x n. Each row's scores, softmax and weighted sum depend on that row alone, but the products are
+GEMMs of other shapes than eager's, and a BLAS kernel may reduce a dot product in another order for
+another shape; so the probabilities and logits equal eager attention's within float32 rounding, not
+bit for bit: asserted to 1e-6 (tests/integration/test_query_blocks.py: blocks of 1, 7 and T rows on
+every family's tiny model, the measured bound in its docstring; tests/integration/test_faithfulness.py:
+the embedded model's logits, of about 25, to 5e-5).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from explorer.analysis.memory import block_rows
+
 
 @dataclass(frozen=True, slots=True)
 class AttentionInputs:
@@ -53,19 +54,18 @@ def grouped_scores(query: torch.Tensor, key: torch.Tensor, scaling: float, softc
         attention_mask: additive float mask [B, 1, T, >= n] (0 or the dtype's minimum), or None.
 
     Returns:
-        [g, B, h_kv, T, n] in the query's dtype.
+        [B, h_kv, g, T, n] in the query's dtype (a view of it as [B, h_q, T, n] is head order).
     """
-    batch, h_q, q_len, _ = query.shape
+    batch, h_q, q_len, head_dim = query.shape
     h_kv, n = key.shape[1], key.shape[2]
     group = h_q // h_kv
-    scores = query.new_empty(group, batch, h_kv, q_len, n)
-    for i in range(group):
-        torch.matmul(query[:, i::group], key.transpose(2, 3), out=scores[i])
-    scores.mul_(scaling)  # in place where eager makes a new tensor (same values): 150 MB a layer at 2k tokens
+    scores = torch.matmul(query.reshape(batch, h_kv, group * q_len, head_dim), key.transpose(2, 3))
+    scores = scores.view(batch, h_kv, group, q_len, n)
+    scores.mul_(scaling)  # in place where eager makes a new tensor (same values)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if attention_mask is not None:
-        scores.add_(attention_mask[:, :, :, :n])
+        scores.add_(attention_mask[:, :, None, :, :n])
     return scores
 
 
@@ -75,24 +75,22 @@ def softmax(scores: torch.Tensor) -> torch.Tensor:
 
 
 def grouped_weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """P·V from grouped probabilities [g, B, h_kv, T, n] and values [B, h_kv, n, d_h]: [g, B, h_kv, T, d_h]."""
-    output = probs.new_empty(*probs.shape[:-1], value.shape[-1])
-    for i in range(probs.shape[0]):
-        torch.matmul(probs[i], value, out=output[i])
-    return output
+    """P·V from grouped probabilities [B, h_kv, g, T, n] and values [B, h_kv, n, d_h]: [B, h_q, T, d_h]."""
+    batch, h_kv, group, q_len, n = probs.shape
+    output = torch.matmul(probs.reshape(batch, h_kv, group * q_len, n), value)
+    return output.view(batch, h_kv * group, q_len, value.shape[-1])
 
 
 def merge_heads(output: torch.Tensor, merged: torch.Tensor) -> None:
-    """Write grouped outputs [g, B, h_kv, T, d_h] into `merged` [B, T, h_q, d_h] (eager's
-    `transpose(1, 2).contiguous()` of its [B, h_q, T, d_h] output; query head j·g + i is [i, :, j])."""
-    group, _, h_kv = output.shape[:3]
-    merged.unflatten(2, (h_kv, group)).copy_(output.permute(1, 3, 2, 0, 4))
+    """Write the heads' outputs [B, h_q, T, d_h] into `merged` [B, T, h_q, d_h] (eager's
+    `transpose(1, 2).contiguous()`)."""
+    merged.copy_(output.transpose(1, 2))
 
 
 def in_head_order(probs: torch.Tensor) -> torch.Tensor:
-    """Batch row 0 of grouped probabilities [g, B, h_kv, T, n] as [h_q, T, n] in head order (a copy)."""
-    group, _, h_kv, q_len, n = probs.shape
-    return probs[:, 0].transpose(0, 1).reshape(group * h_kv, q_len, n)
+    """Batch row 0 of grouped probabilities [B, h_kv, g, T, n] as [h_q, T, n] (a view)."""
+    _, h_kv, group, q_len, n = probs.shape
+    return probs[0].view(h_kv * group, q_len, n)
 
 
 def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor) -> np.ndarray:

@@ -23,7 +23,8 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from explorer.runner.architectures import stop_module_names
 from explorer.analysis.memory import block_rows
-from explorer.runner.gqa import AttentionInputs, grouped_scores, grouped_weighted_sum, merge_heads, softmax
+from explorer.runner.gqa import (AttentionInputs, grouped_scores, grouped_weighted_sum, in_head_order, merge_heads,
+                                softmax)
 from explorer.runner.timing import Clock, CudaEventClock
 from explorer.stops import stop_name
 
@@ -177,14 +178,13 @@ def explorer_attention(
     """
     rec, layer = _ACTIVE.get(), module.layer_idx
     batch, h_q, q_len, head_dim = query.shape
-    h_kv, n = key.shape[1], key.shape[2]
+    n = key.shape[2]
     clock = rec.clock
     start = clock()
     expanded = torch.Size([batch, h_q, n, head_dim])  # a broadcast (explorer.runner.gqa): no tensor of its own
     rec.record_shapes(stop_name(layer, "attn.gqa_expand"), start, [key.shape, value.shape], [expanded] * 2, key.dtype)
     kept = rec.attention_target(layer, [h_q, q_len, n], AttentionInputs(query[0].detach(), scaling, softcap),
                                 query.device)
-    kept_grouped = None if kept is None else kept.unflatten(0, (h_kv, h_q // h_kv)).transpose(0, 1)  # [g, h_kv, T, n]
     merged = query.new_empty(batch, q_len, h_q, head_dim)
     rows = rec.block_rows or block_rows(h_q, q_len, n, query.element_size())
     spans: list[list[tuple[float, float]]] = [[], [], [], []]
@@ -203,8 +203,8 @@ def explorer_attention(
         marks = (start, after_scores, after_softmax, after_sum, after_merge)
         for stop, times in enumerate(spans):
             times.append((marks[stop], marks[stop + 1]))
-        if kept_grouped is not None:
-            kept_grouped[:, :, block].copy_(probs[:, 0])  # outside the timed stops, as eager has no such copy
+        if kept is not None:
+            kept[:, block].copy_(in_head_order(probs))  # outside the timed stops, as eager has no such copy
     heads, per_head = torch.Size([batch, h_q, q_len, n]), torch.Size([batch, h_q, q_len, head_dim])
     rec.record_blocks(stop_name(layer, "attn.scores"), spans[0], [query.shape, expanded], [heads], query.dtype)
     rec.record_blocks(stop_name(layer, "attn.softmax"), spans[1], [heads], [heads], query.dtype)
