@@ -9,6 +9,8 @@ Names: `tokenize`, `embed`, `layers.{i}.<stop>` (`stop_name`), `final_norm`, `lm
 
 from __future__ import annotations
 
+import functools
+
 from explorer.families import Family
 
 _LAYER_PREFIX = "layers."
@@ -19,6 +21,7 @@ def stop_name(layer: int | None, stop: str) -> str:
     return stop if layer is None else f"{_LAYER_PREFIX}{layer}.{stop}"
 
 
+@functools.lru_cache(maxsize=8192)  # a step parses every stop's name: ~600 a step on the embedded model
 def parse_stop_name(name: str) -> tuple[int | None, str]:
     """(layer index, layer-relative stop) of a canonical name; (None, name) outside the layers.
 
