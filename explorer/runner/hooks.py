@@ -124,7 +124,8 @@ class StepRecorder:
         """Store a stop run in query blocks, `spans` its blocks' (start, end) readings."""
         self.events[key] = Event(spans[0][0], spans[-1][1], inputs, outputs, dtype, spans if len(spans) > 1 else [])
 
-    def attention_target(self, layer: int, shape: Shape, inputs: AttentionInputs, device: torch.device) -> torch.Tensor | None:
+    def attention_target(self, layer: int, shape: Shape, inputs: AttentionInputs,
+                         device: torch.device) -> torch.Tensor | None:
         """Before a layer's attention: keep its queries (`inputs`, to recompute the probabilities
         from) and, where `keep_attention` allows, return the float32 [h_q, q_len, kv_len] tensor its
         probabilities are to be copied into (on the model's device: a copy to the host here would wait

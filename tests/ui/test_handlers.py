@@ -230,7 +230,8 @@ def test_a_prefill_shows_its_memory_estimate_then_moves_the_progress_bar_once_pe
     estimate = visit.session.memory_estimate(n_tokens)
     about = f" ({estimate.total_bytes / 1e6:,.0f} MB estimated)"
     assert n_layers == 3 and calls == [(0.0, f"Prefill of {n_tokens} tokens: {estimate.summary()}"),
-                                       (1 / 3, f"Prefill: layer 1 of 3{about}"), (2 / 3, f"Prefill: layer 2 of 3{about}"),
+                                       (1 / 3, f"Prefill: layer 1 of 3{about}"),
+                                       (2 / 3, f"Prefill: layer 2 of 3{about}"),
                                        (1.0, f"Prefill: layer 3 of 3{about}")]
     handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert len(calls) == n_layers + 1
