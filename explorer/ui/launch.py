@@ -1,8 +1,9 @@
 """The app's command line: load the model, build the app, serve it (`python app.py`, `space/app.py`).
 
-Start-up overlaps its two slow halves on the machine's cores: a thread imports torch and transformers
-and loads (and warms up) the model while the main thread imports Gradio and the app's modules; the
-app is built once both are done.
+Start-up overlaps its two slow halves on the machine's cores: once torch, transformers and the runner
+are imported, a thread loads (and warms up) the model while the main thread imports Gradio and the
+app's modules; the app is built once both are done. The runner is imported before the thread starts:
+transformers imports its parts lazily, and two threads importing them at once can fail.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.max_prompt_tokens is not None and args.max_prompt_tokens < 1:
         sys.exit("error: --max-prompt-tokens must be at least 1")
+    import explorer.runner.probe
+    import explorer.runner.sampling
+    import explorer.runner.session  # noqa: F401  (torch and transformers, before the loading thread)
+
     loading = _Loading(args)
     loading.start()
 
