@@ -28,7 +28,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def served_after(port: int, timeout_s: float = 120.0) -> float:
+def served_after(port: int, timeout_s: float = 300.0) -> float:
     """Seconds from starting the launcher until `GET /` on `port` answers 200."""
     start = time.perf_counter()
     process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port)],
