@@ -10,6 +10,8 @@ Names: `tokenize`, `embed` (GPT-2: then `pos_embed` and `embed_add`), `layers.{i
 
 from __future__ import annotations
 
+import functools
+
 from explorer.families import Family
 
 _LAYER_PREFIX = "layers."
@@ -20,6 +22,7 @@ def stop_name(layer: int | None, stop: str) -> str:
     return stop if layer is None else f"{_LAYER_PREFIX}{layer}.{stop}"
 
 
+@functools.lru_cache(maxsize=8192)  # a step parses every stop's name: ~600 a step on the embedded model
 def parse_stop_name(name: str) -> tuple[int | None, str]:
     """(layer index, layer-relative stop) of a canonical name; (None, name) outside the layers.
 

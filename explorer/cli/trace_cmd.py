@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
     traces = [session.prefill(args.prompt, use_chat_template=not args.no_chat_template,
                               system_prompt=args.system, prompt_tokens=args.prompt_tokens,
                               enable_thinking=args.thinking, batch=1 if prompts else args.batch,
-                              lm_head_all=args.lm_head_all, prompts=prompts)]
+                              lm_head_all=args.lm_head_all, prompts=prompts,
+                              on_start=_say_estimate)]
     while len(traces) <= args.steps and not session.finished:
         traces.append(session.decode_step())
     print_journey(traces, session.text, args.layer)
@@ -83,6 +84,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         _write_json(args.json, traces, session.attention)
     return 0
+
+
+def _say_estimate(n_tokens: int, estimate) -> None:
+    """Before the prefill: the prompt's length and its estimated memory (`explorer.analysis.memory`)."""
+    if estimate is not None:
+        print(f"Prefill of {n_tokens:,} tokens: {estimate.summary()}", file=sys.stderr)
 
 
 def _settings(args: argparse.Namespace) -> SamplingSettings:

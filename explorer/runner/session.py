@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from explorer.analysis.memory import DEFAULT_ATTENTION_BUDGET_BYTES, PromptMemory, longest_prompt, prompt_memory
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.run import PromptInputs, Run
@@ -24,6 +25,7 @@ from explorer.runner.assemble import assemble_ops
 from explorer.runner.attention_store import LiveAttention
 from explorer.runner.batch import MAX_PROMPTS, Batch, pad_id
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
+from explorer.runner.devices import free_memory_bytes
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.lens import capture_residuals, lens_positions, lens_record
@@ -33,14 +35,6 @@ from explorer.runner.sampling import sample_next_token
 from explorer.runner.timing import step_clock
 from explorer.stops import stop_table
 from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, SamplingRecord, StepTrace
-
-# Attention memory a session keeps, all steps together: the post-RoPE queries of every step and layer
-# (always kept; `attention.probs` recomputes any matrix from them and the cached keys, a 2,048-token
-# prefill block in about 0.3 s), plus as many probability matrices (float32) as fit beside them, the
-# newest first. A short prompt keeps every matrix; a 2,048-token prompt with 64 decode steps keeps
-# 146 MB of queries, a few MB of matrices and, with its 97 MB KV cache, stays within the app's 300 MB
-# per-session budget.
-DEFAULT_ATTENTION_BUDGET_BYTES = 144 * 2**20
 
 # The most sequences one run takes together (`prefill(batch=...)`).
 MAX_BATCH = 256
@@ -149,6 +143,7 @@ class InferenceSession:
         lm_head_all: bool = False,
         prompts: list[str] | None = None,
         enable_thinking: bool = False,
+        on_start: Callable[[int, PromptMemory | None], None] | None = None,
     ) -> StepTrace:
         """Run the whole prompt through the model on a fresh cache and choose the first token.
 
@@ -170,6 +165,8 @@ class InferenceSession:
             enable_thinking: passed to the chat template as `enable_thinking` (Qwen3's switch: off, its
                 template ends the generation prompt with an empty <think></think> block, so the model
                 answers at once; on, it may reason in <think> first). Templates without it ignore it.
+            on_start: called as (prompt tokens T, `memory_estimate(T)`) once the prompt is allowed,
+                before the forward pass, to show what a long prefill will need.
 
         Raises:
             PromptError: empty prompt, a lone surrogate in the prompt or system prompt, no tokenizer for
@@ -177,7 +174,8 @@ class InferenceSession:
                 longer than `max_prompt_tokens` or than the context window, or a prompt or system
                 prompt longer than `max_prompt_chars(max_prompt_tokens)` characters (checked before
                 the tokenizer runs), or a batch that is not a whole number in 1..`MAX_BATCH` (above 1: shape-only
-                mode only).
+                mode only); or a prompt whose estimated memory (`memory_estimate`, of one
+                sequence) exceeds the device's free memory, refused before anything is allocated.
         """
         self._check_batch(batch)
         start = time.perf_counter()
@@ -188,6 +186,9 @@ class InferenceSession:
             ids = rows.prefill_ids()[0]
         else:
             ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking)
+        self._check_memory(len(ids))
+        if on_start is not None:
+            on_start(len(ids), self.memory_estimate(len(ids)))
         tokenize = OpRecord("tokenize", "tokenize", None, [], [[batch, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
         with self._step_lock:
@@ -375,6 +376,33 @@ class InferenceSession:
             raise PromptError("A prompt needs at least one token: give a whole number of tokens, 1 or more.")
         self._check_length(prompt_tokens)  # before allocating: a huge count is refused, not built
         return [0] * prompt_tokens
+
+    def memory_estimate(self, n_tokens: int) -> PromptMemory | None:
+        """The estimated memory of a prefill of `n_tokens` here (`explorer.analysis.memory`), in the
+        model's dtype and this session's attention budget; None in shape-only mode or for a family
+        the cost model does not know."""
+        spec = self.run.spec
+        if spec is None or self.loaded.shape_only:
+            return None
+        return prompt_memory(spec, n_tokens, self.loaded.model.dtype.itemsize, self.attention_budget_bytes)
+
+    def _check_memory(self, n_tokens: int) -> None:
+        """Refuse a prompt whose estimated memory beyond the loaded weights exceeds the device's free
+        memory, before the session allocates anything for it."""
+        need = self.memory_estimate(n_tokens)
+        if need is None:
+            return
+        device = torch.device(self.loaded.device)
+        free = free_memory_bytes(device)
+        if need.run_bytes <= free:
+            return
+        fits = longest_prompt(self.run.spec, self.loaded.model.dtype.itemsize, self.attention_budget_bytes, free,
+                              n_tokens)
+        raise PromptError(
+            f"The prompt is {n_tokens:,} tokens; running it needs {need.summary()}. Beyond the loaded weights "
+            f"that is {need.run_bytes / 1e6:,.0f} MB, but {device} has {free / 1e6:,.0f} MB free. Shorten the "
+            f"prompt to at most {fits:,} tokens, or free memory (close other programs or sessions) and run it again."
+        )
 
     def _check_length(self, n_tokens: int) -> None:
         limit = self.loaded.model.config.max_position_embeddings

@@ -64,11 +64,20 @@ def prompt_label(takes_text: bool) -> str:
 
 
 def _layer_progress(progress: gr.Progress):
-    """A prefill's `on_layer` callback that moves Gradio's progress bar on the status line."""
-    def on_layer(layer: int, n_layers: int) -> None:
-        progress((layer + 1) / n_layers, desc=f"Prefill: layer {layer + 1} of {n_layers}")
+    """A prefill's `on_start` and `on_layer` callbacks that show, on the status line's progress bar,
+    the prompt's estimated memory before the forward pass and then each layer done."""
+    about = ""
 
-    return on_layer
+    def on_start(n_tokens: int, estimate) -> None:
+        nonlocal about
+        if estimate is not None:
+            about = f" ({estimate.total_bytes / 1e6:,.0f} MB estimated)"
+            progress(0.0, desc=f"Prefill of {n_tokens:,} tokens: {estimate.summary()}")
+
+    def on_layer(layer: int, n_layers: int) -> None:
+        progress((layer + 1) / n_layers, desc=f"Prefill: layer {layer + 1} of {n_layers}{about}")
+
+    return on_start, on_layer
 
 
 def settings_from(do_sample: bool, temperature: float, top_k: float, top_p: float, min_p: float,
@@ -122,16 +131,17 @@ class ServedHandlers:
         session = InferenceSession(loaded, settings, max_prompt_tokens=self.served.limits.max_prompt_tokens,
                                    limit_advice=self.served.limit_advice())
         self.served.live.check_room(_page(request), client_address(request))
-        on_layer = None if progress is None else _layer_progress(progress)
+        on_start, on_layer = (None, None) if progress is None else _layer_progress(progress)
         if loaded.tokenizer is None:
             # an empty box (0): "needs at least one token"
             session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62), on_layer=on_layer,
-                            lm_head_all=bool(lm_head_all))
+                            on_start=on_start, lm_head_all=bool(lm_head_all))
         else:
             prompts = prompt_lines(prompt) if batch_lines else None
             session.prefill(None if prompts else prompt, use_chat_template=use_chat_template,
                             system_prompt=(system_prompt or "").strip() or None, on_layer=on_layer,
-                            enable_thinking=bool(enable_thinking), lm_head_all=bool(lm_head_all), prompts=prompts)
+                            enable_thinking=bool(enable_thinking), lm_head_all=bool(lm_head_all), prompts=prompts,
+                            on_start=on_start)
         visit = Visit.start(session, self.served.limits)
         self.served.live.admit(_page(request), visit, client_address(request))  # refused if the page closed
         return step_outputs(visit, layer, average_heads, hardware, shown, presenter, zoom, what_if)

@@ -233,16 +233,20 @@ def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
     assert next(t for t in last.data if t.type == "heatmap").z.shape == (48, 48)
 
 
-def test_a_prefill_moves_the_progress_bar_once_per_layer_and_a_decode_step_does_not(served):
+def test_a_prefill_shows_its_memory_estimate_then_moves_the_progress_bar_once_per_layer(served):
     calls = []
     visit, *_ = handlers.ServedHandlers(served).on_prefill_click(
         None, lambda fraction, desc: calls.append((fraction, desc)), served.registry.default_choice, "",
         "Hi there!", 17, False, "", False, False, False, *GREEDY, *VIEW)
-    n_layers = len(visit.run.steps[0].attention)
-    assert n_layers == 3 and calls == [(1 / 3, "Prefill: layer 1 of 3"), (2 / 3, "Prefill: layer 2 of 3"),
-                                       (1.0, "Prefill: layer 3 of 3")]
+    n_layers, n_tokens = len(visit.run.steps[0].attention), len(visit.run.steps[0].input_ids)
+    estimate = visit.session.memory_estimate(n_tokens)
+    about = f" ({estimate.total_bytes / 1e6:,.0f} MB estimated)"
+    assert n_layers == 3 and calls == [(0.0, f"Prefill of {n_tokens} tokens: {estimate.summary()}"),
+                                       (1 / 3, f"Prefill: layer 1 of 3{about}"),
+                                       (2 / 3, f"Prefill: layer 2 of 3{about}"),
+                                       (1.0, f"Prefill: layer 3 of 3{about}")]
     handlers.on_decode_click(visit, *GREEDY, *VIEW)
-    assert len(calls) == n_layers
+    assert len(calls) == n_layers + 1
 
 
 def test_going_back_a_step_shows_the_strip_text_and_status_as_they_were_after_it(served):
