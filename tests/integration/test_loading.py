@@ -222,7 +222,7 @@ def test_bert_is_not_a_causal_lm(tmp_path):
 
 def test_unsupported_family_lists_the_supported_ones(tmp_path):
     GPTNeoXConfig(architectures=["GPTNeoXForCausalLM"]).save_pretrained(tmp_path)
-    with pytest.raises(ConfigError, match="'gpt_neox' is not traced yet; supported: gemma3_text, llama"):
+    with pytest.raises(ConfigError, match="'gpt_neox' is not traced yet; supported: gemma3_text, gpt2, llama"):
         load_model(str(tmp_path))
 
 
