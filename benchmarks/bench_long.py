@@ -49,8 +49,8 @@ WINDOW = 5  # decode steps whose median stands for "step 1" / "step N"
 
 
 def session_bytes(session: InferenceSession) -> tuple[int, int, int, int]:
-    """(KV cache bytes, kept query bytes, bytes of every trace array (each counted once), kept attention matrix and lens residual row, bytes of
-    the traces' Python objects around the arrays: op records, shapes, strings)."""
+    """(KV cache bytes, kept query bytes, bytes of every trace array (each counted once), kept attention
+    matrix and lens residual row, bytes of the traces' Python objects around the arrays: op records, shapes, strings)."""
     cache_bytes = sum(s.key_bytes + s.value_bytes for s in session.traces[-1].kv)
     arrays = {}
     for trace in session.traces:
