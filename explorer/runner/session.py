@@ -25,7 +25,7 @@ from explorer.runner.attention_store import LiveAttention
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
-from explorer.runner.lens import LiveLens, capture_residuals, lens_positions
+from explorer.runner.lens import DEFAULT_LENS_BUDGET_BYTES, LiveLens, capture_residuals, lens_positions
 from explorer.runner.loading import LoadedModel
 from explorer.runner.prompts import check_prompt_chars, check_unicode
 from explorer.runner.sampling import sample_next_token
@@ -69,6 +69,8 @@ class InferenceSession:
             model for minutes), and a prompt or system prompt of more than `max_prompt_chars` characters
             before tokenizing it; None allows up to the model's context window.
         limit_advice: what the refusal of a prompt past `max_prompt_tokens` tells the person to do.
+        lens_budget_bytes: residual rows held for the logit lenses not yet asked for; past it the oldest
+            steps' lenses are computed and their rows freed (`explorer.runner.lens.LiveLens`).
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class InferenceSession:
         attention_budget_bytes: int = DEFAULT_ATTENTION_BUDGET_BYTES,
         max_prompt_tokens: int | None = None,
         limit_advice: str = "Shorten the prompt.",
+        lens_budget_bytes: int = DEFAULT_LENS_BUDGET_BYTES,
     ) -> None:
         self.loaded = loaded
         self.max_prompt_tokens = max_prompt_tokens
@@ -85,7 +88,8 @@ class InferenceSession:
         self.settings = settings or SamplingSettings()
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
-        self.lens = LiveLens(loaded.model, lambda: model_lock(loaded.model), self._name_lens_pieces)
+        self.lens_budget_bytes = lens_budget_bytes
+        self.lens: LiveLens | None = None  # the run's lens source, one per run (`_new_run`)
         self.run = self._new_run()
         self.attention = LiveAttention(attention_budget_bytes, self._recompute_attention, not loaded.shape_only)
         self.ids: list[int] = []
@@ -133,8 +137,12 @@ class InferenceSession:
             self.attention.reset()
 
     def _new_run(self) -> Run:
+        """A new run with its own lens source; the previous run's residuals are freed."""
         loaded = self.loaded
-        self.lens.reset()
+        if self.lens is not None:
+            self.lens.reset()
+        self.lens = LiveLens(loaded.model, lambda: model_lock(loaded.model), self._name_lens_pieces,
+                             self.lens_budget_bytes)
         run = Run(loaded.name, loaded.description, loaded.model.config.to_dict())
         run.lens_source = self.lens
         return run
