@@ -77,8 +77,10 @@ def lens_record(model: nn.Module, residuals: list[torch.Tensor], model_logits: t
     Args:
         model: the causal LM that ran the step.
         residuals: L + 1 tensors [P, d] from `capture_residuals`.
-        model_logits: [V] the model's own last-position logits: row L's last cell is computed from
-            them, so it is the model's output bit for bit (a GEMM of another shape may round differently).
+        model_logits: [V] the model's own last-position logits (the step's stored `StepTrace.logits`:
+            float32, equal to the model's output, which the softmax takes in float32 anyway): row L's
+            last cell is computed from them, so it is the model's output bit for bit (a GEMM of another
+            shape may round differently).
         next_ids: [P] the token following each position (the last: the one the step chose).
         first_position: the context position of the first column.
 
