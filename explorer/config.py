@@ -28,6 +28,7 @@ PRESET_SOURCES = {
     "tinyllama-1.1b": "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
     "smollm2-135m": "HuggingFaceTB/SmolLM2-135M",
     "mistral-7b": "mistralai/Mistral-7B-v0.1",
+    "gpt2": "openai-community/gpt2",
 }
 
 

@@ -27,7 +27,7 @@ class Family:
     Attributes:
         model_type: the HF `model_type`, e.g. "llama", "gemma3_text".
         traced: the runner hooks its modules and the analysis predicts its shapes; False: only the
-            cost model and parameter counts know it (GPT-2 and the MoE families, for now).
+            cost model and parameter counts know it (the MoE families, for now).
         layers: attribute path of the decoder layers in the `*ForCausalLM` model.
         top_modules: stop outside the layers -> attribute path in the `*ForCausalLM` model.
         layer_modules: layer-relative stop -> attribute path in one decoder layer, for every stop
@@ -53,6 +53,8 @@ class Family:
             window), "all" (every layer: Mistral, Phi-3, Mixtral, Qwen3-MoE) or "layer_types"
             (the layers the config's `layer_types` marks "sliding_attention": Qwen2, Qwen3, Gemma 3).
         moe: the MLP is a mixture of experts (on the layers the config says).
+        conv1d: the layers' projections are `Conv1D` modules, weights stored [in_features, out_features]
+            and applied as X · W + b (GPT-2); else `nn.Linear`, [out_features, in_features], X · Wᵀ + b.
     """
 
     model_type: str
@@ -76,6 +78,7 @@ class Family:
     positions: str = "rope"
     windows: str = "none"
     moe: bool = False
+    conv1d: bool = False
 
 
 def _paths(*groups: Mapping[str, str]) -> Mapping[str, str]:
@@ -95,6 +98,13 @@ _DOWN = {"mlp.down_proj": "mlp.down_proj"}
 _QK_NORM = {"attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm"}
 _MLP_NORMS = {"pre_mlp_norm": "pre_feedforward_layernorm", "post_mlp_norm": "post_feedforward_layernorm"}
 _LLAMA_LAYER = _paths(_NORMS, _QKV, _O, _GATE_UP, _DOWN)
+# GPT-2 (modeling_gpt2.py): Conv1D projections ([in, out] weights), one `c_attn` for Q, K and V, a
+# `c_fc` -> GELU -> `c_proj` MLP, and the learned position table `wpe` beside the token table `wte`.
+_GPT2_TOP = _paths({"embed": "transformer.wte", "pos_embed": "transformer.wpe", "final_norm": "transformer.ln_f",
+                    "lm_head": "lm_head"})
+_GPT2_LAYER = _paths({"input_norm": "ln_1", "attn.qkv_proj": "attn.c_attn", "attn.o_proj": "attn.c_proj",
+                      "post_attn_norm": "ln_2", "mlp.up_proj": "mlp.c_fc", "mlp.act": "mlp.act",
+                      "mlp.down_proj": "mlp.c_proj"})
 
 _ENTRIES = [
     Family("llama", top_modules=_TOP, layer_modules=_LLAMA_LAYER),
@@ -112,9 +122,10 @@ _ENTRIES = [
            fused_qkv=True, fused_gate_up=True, windows="all"),
     Family("mixtral", traced=False, windows="all", moe=True),
     Family("qwen3_moe", traced=False, qk_norm=True, windows="all", moe=True),
-    Family("gpt2", traced=False, config_names="gpt2", norm="layernorm",
+    Family("gpt2", layers="transformer.h", top_modules=_GPT2_TOP, layer_modules=_GPT2_LAYER,
+           config_names="gpt2", norm="layernorm",
            activation="gelu_tanh", gated_mlp=False, fused_qkv=True, qkv_bias=True, o_bias=True, mlp_bias=True,
-           positions="learned"),
+           positions="learned", conv1d=True),
 ]
 
 FAMILIES: Mapping[str, Family] = MappingProxyType({family.model_type: family for family in _ENTRIES})

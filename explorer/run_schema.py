@@ -120,6 +120,7 @@ class _Run:
     hidden: int = 0  # d, the embedding's width
     head_dim: int = 0  # d_h, from the KV cache
     fed: list[int] = field(default_factory=list)  # every id fed so far, in order
+    batch: int = 0  # B, sequences run together (the prefill's embed fixes it)
 
 
 def check_run(data: dict) -> None:
@@ -154,7 +155,8 @@ def check_run(data: dict) -> None:
         if not TOKEN_KEY.fullmatch(key) or int(key) >= run.vocab:
             _fail("pieces", f"keyed by token ids below {run.vocab}")
         _text(piece, f"pieces.{key}", MAX_LINE_CHARS)
-    _check_config(_object(data["config"], "config", ("num_attention_heads",)), run)
+    config = _object(data["config"], "config", ())
+    _check_config(_object(config, "config", () if "n_head" in config else ("num_attention_heads",)), run)
     if "equivalence" in data:
         _check_equivalence(data["equivalence"], run, len(traces[0]["input_ids"]))
 
@@ -237,7 +239,7 @@ def _check_kv(kv, where: str, run: _Run, context: int) -> None:
 
 
 def _check_ops(ops, where: str, run: _Run, tokens: int, prefill: bool) -> None:
-    """Every stop: its fields, an `embed` stop fed [1, tokens], and in the prefill an `lm_head` stop
+    """Every stop: its fields, an `embed` stop fed [B, tokens], and in the prefill an `lm_head` stop
     (the vocabulary) and stops in every layer (the journey view draws a layer's stops)."""
     ops = _list(ops, where)
     by_name, layers = {}, set()
@@ -266,9 +268,12 @@ def _check_ops(ops, where: str, run: _Run, tokens: int, prefill: bool) -> None:
         if op["wall_ms"] is not None:
             _number(op["wall_ms"], f"{at}.wall_ms", low=0)
         by_name.setdefault(op["name"], op)
-    embed = by_name.get("embed")
-    if embed is None or embed["input_shapes"][0] != [1, tokens]:
-        _fail(where, f"an embed stop fed [1, {tokens}] (one sequence of the step's tokens)")
+    embed = by_name.get("embed")  # fed [B, tokens]: B sequences (a batch), the same B at every step
+    batch = embed["input_shapes"][0][0] if embed is not None and len(embed["input_shapes"][0]) == 2 else 0
+    if embed is None or embed["input_shapes"][0] != [batch, tokens] or batch < 1 or \
+            (not prefill and batch != run.batch):
+        _fail(where, f"an embed stop fed [B, {tokens}] (B sequences of the step's tokens, B as in the prefill)")
+    run.batch = batch
     if prefill:
         if "lm_head" not in by_name or not by_name["lm_head"]["output_shapes"] or \
                 not by_name["lm_head"]["output_shapes"][0] or by_name["lm_head"]["output_shapes"][0][-1] < 1:
@@ -406,7 +411,8 @@ def _check_sampling(sampling, where: str, vocab: int) -> None:
 def _check_config(config: dict, run: _Run) -> None:
     """The config of the model that ran: its heads and layers as traced, and, for a family the cost
     model knows, the dimensions it reads (a family it does not know is drawn without a roofline)."""
-    heads = _whole(config["num_attention_heads"], "config.num_attention_heads", low=1)
+    key = "num_attention_heads" if "num_attention_heads" in config else "n_head"  # GPT-2 names it n_head
+    heads = _whole(config[key], f"config.{key}", low=1)
     text_config = config.get("text_config") if config.get("model_type") == "gemma3" else config
     layer_counts = [text_config.get(key) for key in ("num_hidden_layers", "n_layer")] \
         if isinstance(text_config, dict) else []

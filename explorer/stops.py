@@ -3,11 +3,14 @@
 The runner records a trace under these names and the analysis predicts shapes and costs under the
 same names, so the two can be compared stop by stop. Pure Python (no torch).
 
-Names: `tokenize`, `embed`, `layers.{i}.<stop>` (`stop_name`), `final_norm`, `lm_head`, `sample`,
-`detokenize`. Which stops a layer has comes from its family (`explorer.families`).
+Names: `tokenize`, `embed` (GPT-2: then `pos_embed` and `embed_add`), `layers.{i}.<stop>` (`stop_name`),
+`final_norm`, `lm_head`, `sample`, `detokenize`. Which stops a layer has comes from its family
+(`explorer.families`).
 """
 
 from __future__ import annotations
+
+import functools
 
 from explorer.families import Family
 
@@ -19,6 +22,7 @@ def stop_name(layer: int | None, stop: str) -> str:
     return stop if layer is None else f"{_LAYER_PREFIX}{layer}.{stop}"
 
 
+@functools.lru_cache(maxsize=8192)  # a step parses every stop's name: ~600 a step on the embedded model
 def parse_stop_name(name: str) -> tuple[int | None, str]:
     """(layer index, layer-relative stop) of a canonical name; (None, name) outside the layers.
 
@@ -42,9 +46,8 @@ def _attention_stops(family: Family) -> list[tuple[str, str]]:
         ]
     else:
         projections = [("attn.q_proj", "gemm"), ("attn.k_proj", "gemm"), ("attn.v_proj", "gemm")]
-    return projections + [
-        ("attn.split_heads", "reshape"),
-        ("attn.rope", "rope"),
+    rope = [("attn.rope", "rope")] if family.positions == "rope" else []  # GPT-2 adds positions at the embedding
+    return projections + [("attn.split_heads", "reshape"), *rope] + [
         ("attn.kv_cache_write", "cache_write"),
         ("attn.gqa_expand", "broadcast"),
         ("attn.scores", "batched_gemm"),
@@ -56,7 +59,9 @@ def _attention_stops(family: Family) -> list[tuple[str, str]]:
 
 
 def _mlp_stops(family: Family) -> list[tuple[str, str]]:
-    if family.fused_gate_up:
+    if not family.gated_mlp:
+        projections = [("mlp.up_proj", "gemm")]  # GPT-2's c_fc
+    elif family.fused_gate_up:
         projections = [("mlp.gate_up_proj", "gemm")]
     else:
         projections = [("mlp.gate_proj", "gemm"), ("mlp.up_proj", "gemm")]
@@ -87,6 +92,8 @@ def stop_table(family: Family, n_layers: int, stage: str) -> list[tuple[str, str
     if stage == "prefill":
         table.append(("tokenize", "tokenize", None))
     table.append(("embed", "gather", None))
+    if family.positions == "learned":  # GPT-2: the position table's rows, added to the token embeddings
+        table += [("pos_embed", "gather", None), ("embed_add", "elementwise", None)]
     for layer in range(n_layers):
         table += [(stop_name(layer, name), kind, layer) for name, kind in layer_stops(family)]
     table += [

@@ -2,6 +2,8 @@
 
 Dimensions (odd on purpose, so a swapped axis fails a shape test): vocab 101, hidden 48, 6 query
 heads, 2 KV heads, head_dim 10 (not hidden / heads), 3 layers, intermediate 37, context 160.
+GPT-2 names its fields differently and has no KV heads of its own (h_kv = h_q) nor a head_dim field
+(d_h = d / h = 8): `GPT2_DIMS`.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ DIMS = dict(
     vocab_size=VOCAB, hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=10,
     num_hidden_layers=3, intermediate_size=37, max_position_embeddings=160,
 )
+GPT2_DIMS = dict(vocab_size=VOCAB, n_embd=48, n_head=6, n_layer=3, n_inner=37, n_positions=160)
 FAMILY_EXTRAS = {
     "llama": {},
     "mistral": {"sliding_window": None},
@@ -26,6 +29,7 @@ FAMILY_EXTRAS = {
     "qwen3": {},
     "phi3": {"pad_token_id": 0},
     "gemma3_text": {"query_pre_attn_scalar": 10, "sliding_window": 7, "layer_types": None},
+    "gpt2": {},
 }
 CHAT_TEMPLATE = (
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
@@ -54,7 +58,8 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
 
 def tiny_config(family: str, **overrides):
     """A transformers config of `family` with the tiny dimensions above."""
-    return AutoConfig.for_model(family, **(DIMS | FAMILY_EXTRAS[family] | overrides))
+    dims = GPT2_DIMS if family == "gpt2" else DIMS
+    return AutoConfig.for_model(family, **(dims | FAMILY_EXTRAS[family] | overrides))
 
 
 def tiny_model(family: str, seed: int = 0, **overrides) -> LoadedModel:

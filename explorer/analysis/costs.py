@@ -40,10 +40,11 @@ def step_costs(spec: ModelSpec, step: Step, options: CostOptions | None = None) 
         options: formats, merged projections, LM head over all positions, fused attention.
 
     Returns:
-        "embed", then "layers.{i}.<stop>" for each layer, then "final_norm" and "lm_head".
+        "embed" (GPT-2: then "pos_embed" and "embed_add"), then "layers.{i}.<stop>" for each layer,
+        then "final_norm" and "lm_head".
     """
     options = options or CostOptions()
-    costs = [embed_cost(spec, step, options)]
+    costs = [embed_cost(spec, step, options), *position_costs(spec, step, options)]
     for layer in range(spec.n_layers):
         costs += layer_costs(spec, layer, step, options)
     costs.append(norm_cost("final_norm", None, step.rows, spec.hidden_size, spec.norm, options.precision))
@@ -71,17 +72,31 @@ def step_total(costs: list[OpCost]) -> OpCost:
 def embed_cost(spec: ModelSpec, step: Step, options: CostOptions) -> OpCost:
     """Gather B*T rows of the [V, d] table: reads B*T*d weights and B*T int64 ids, writes B*T*d.
 
-    GPT-2 gathers as many rows of its learned position table and adds them (B*T*d FLOPs); Gemma 3
-    multiplies by sqrt(d) (B*T*d FLOPs). No other arithmetic.
+    Gemma 3 multiplies by sqrt(d) (B*T*d FLOPs); no other arithmetic. GPT-2's position rows and their
+    sum are stops of their own (`position_costs`).
     """
     p, elements = options.precision, step.rows * spec.hidden_size
-    tables = 2 if spec.max_positions else 1
     return OpCost(
-        name="embed", kind="gather", layer=None,
-        flops=elements if (spec.max_positions or spec.embed_scale) else 0,
-        weight_bytes=tables * elements * p.weight_bytes,
+        name="embed", kind="gather", layer=None, flops=elements if spec.embed_scale else 0,
+        weight_bytes=elements * p.weight_bytes,
         act_in_bytes=step.rows * INT64_BYTES, act_out_bytes=elements * p.activation_bytes,
     )
+
+
+def position_costs(spec: ModelSpec, step: Step, options: CostOptions) -> list[OpCost]:
+    """GPT-2's learned positions (none for RoPE families): "pos_embed" gathers T rows of the
+    [n_positions, d] table (the position ids are [1, T], shared by the batch), "embed_add" adds them
+    to the [B, T, d] token embeddings (B*T*d FLOPs; reads both, writes [B, T, d])."""
+    if spec.arch.positions != "learned":
+        return []
+    p, d, t = options.precision, spec.hidden_size, step.tokens
+    rows = step.rows * d
+    return [
+        OpCost("pos_embed", "gather", None, 0, weight_bytes=t * d * p.weight_bytes, act_in_bytes=t * INT64_BYTES,
+               act_out_bytes=t * d * p.activation_bytes),
+        OpCost("embed_add", "elementwise", None, rows, act_in_bytes=(rows + t * d) * p.activation_bytes,
+               act_out_bytes=rows * p.activation_bytes),
+    ]
 
 
 def lm_head_cost(spec: ModelSpec, step: Step, options: CostOptions) -> OpCost:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from explorer.analysis.costs import embed_cost, layer_costs, lm_head_cost, step_costs, step_total, totals_by_op
+from explorer.analysis.costs import (embed_cost, layer_costs, lm_head_cost, position_costs, step_costs, step_total,
+                                     totals_by_op)
 from explorer.analysis.precision import Precision, canonical_dtype
 from explorer.analysis.records import CostOptions, OpCost, Step, norm_cost
 from explorer.analysis.spec import ModelSpec
@@ -65,6 +66,14 @@ def trace_precision(trace: StepTrace) -> Precision:
     return Precision(weights=short, activations=short, kv=short)
 
 
+def trace_options(trace: StepTrace) -> CostOptions:
+    """The cost options the trace ran under: its own dtype, and the LM head over every position when
+    the trace's `lm_head` took T rows (`--lm-head-all`), else over the last one as `generate` runs it."""
+    head = next((op for op in trace.ops if op.name == "lm_head"), None)
+    all_positions = head is not None and head.input_shapes[0][1] > 1
+    return CostOptions(precision=trace_precision(trace), lm_head_all_positions=all_positions)
+
+
 def measured_points(trace: StepTrace, spec: ModelSpec, options: CostOptions | None = None) -> list[MeasuredPoint]:
     """Measured points for every traced stop that has a wall time and an analytic cost.
 
@@ -78,7 +87,7 @@ def measured_points(trace: StepTrace, spec: ModelSpec, options: CostOptions | No
         Points in trace order; stops without a wall time (views), without cost (tokenize, sample)
         or with zero measured time are left out.
     """
-    options = options or CostOptions(precision=trace_precision(trace))
+    options = options or trace_options(trace)
     return _measured(trace, step_costs(spec, step_from_trace(trace), options))
 
 
@@ -123,14 +132,14 @@ class StepCosts:
 
 
 def trace_costs(spec: ModelSpec, trace: StepTrace) -> StepCosts:
-    """The step's costs in its own dtype (LM head over the last position, as the runner computes it)
+    """The step's costs in its own dtype (LM head over the positions the runner ran it on: `trace_options`)
     and its measured times per operator.
 
     Raises:
         KeyError: the trace has no "embed" stop (B and T come from it).
         ConfigError: the trace's dtype is not one the cost model knows.
     """
-    step, options = step_from_trace(trace), CostOptions(precision=trace_precision(trace))
+    step, options = step_from_trace(trace), trace_options(trace)
     costs = step_costs(spec, step, options)
     points = _measured(trace, costs)
     wall_s: dict[str, float] = {}
@@ -145,15 +154,16 @@ def trace_costs(spec: ModelSpec, trace: StepTrace) -> StepCosts:
 
 def stop_costs(spec: ModelSpec, trace: StepTrace, layer: int) -> dict[str, OpCost]:
     """The analytic cost of each stop outside the layers and in decoder layer `layer`, by canonical
-    name, in the trace's own dtype (LM head over the last position, as the runner computes it): what
+    name, in the trace's own dtype and LM-head positions (`trace_options`): what
     the forward-pass view's hover says a stop computes and moves.
 
     Raises:
         KeyError: the trace has no "embed" stop (B and T come from it).
         ConfigError: the trace's dtype is not one the cost model knows.
     """
-    step, options = step_from_trace(trace), CostOptions(precision=trace_precision(trace))
-    costs = [embed_cost(spec, step, options), *layer_costs(spec, layer, step, options),
+    step, options = step_from_trace(trace), trace_options(trace)
+    costs = [embed_cost(spec, step, options), *position_costs(spec, step, options),
+             *layer_costs(spec, layer, step, options),
              norm_cost("final_norm", None, step.rows, spec.hidden_size, spec.norm, options.precision),
              lm_head_cost(spec, step, options)]
     return {cost.name: cost for cost in costs}
@@ -162,8 +172,8 @@ def stop_costs(spec: ModelSpec, trace: StepTrace, layer: int) -> dict[str, OpCos
 @dataclass(frozen=True)
 class Scenario:
     """The roofline view's what-if inputs: each None (or False) keeps the executed step's own value,
-    so an empty scenario is the run as it ran (unmerged projections, eager attention, LM head over
-    the last position, the trace's dtype everywhere).
+    so an empty scenario is the run as it ran (unmerged projections, eager attention, the LM head
+    over the positions it ran on, the trace's dtype everywhere).
 
     Attributes:
         batch: B, sequences run together.
@@ -227,6 +237,8 @@ def scenario_costs(spec: ModelSpec, executed: StepCosts, scenario: Scenario) -> 
         ConfigError: a format the cost model does not know.
     """
     step, options = scenario.applied(executed.step, executed.precision)
+    if executed.options.lm_head_all_positions:  # the run's own choice (--lm-head-all) stays unless changed
+        options = replace(options, lm_head_all_positions=True)
     costs = step_costs(spec, step, options)
     return StepCosts(executed.stage, step, options, totals_by_op(costs), step_total(costs), [], "what-if")
 

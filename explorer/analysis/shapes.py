@@ -3,7 +3,7 @@
 Shapes follow docs/concepts.md ("The stops of one forward pass") and record what the runner
 records: projections [B, T, in] -> [B, T, out]; attention in heads layout [B, heads, T, d_h];
 QK-norm on [B, T, heads, d_h] in Qwen3 (before the transpose), on [B, heads, T, d_h] in Gemma 3;
-the LM head on the last position only.
+the LM head on the last position only (or on all T with `lm_head_all`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def cache_length(spec: ModelSpec, layer: int, tokens: int, context: int) -> int:
     return context if window is None else min(context - tokens, window - 1) + tokens
 
 
-def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context: int) -> dict[str, Shapes]:
+def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context: int,
+                   lm_head_all: bool = False) -> dict[str, Shapes]:
     """(input shapes, output shapes) of every tensor stop from "embed" to "lm_head".
 
     Args:
@@ -34,6 +35,7 @@ def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context
         batch: B.
         tokens: T (1 in decode).
         context: n, cache length after the step's write.
+        lm_head_all: the LM head over all T positions ([B, T, V]); False: the last one ([B, 1, V]).
 
     Raises:
         ConfigError: the family is not traced, so has no stop table (`explorer.families.FAMILIES`).
@@ -41,12 +43,16 @@ def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context
     b, t, d = batch, tokens, spec.hidden_size
     row = [b, t, d]
     shapes: dict[str, Shapes] = {"embed": ([[b, t]], [row])}
+    if spec.arch.positions == "learned":  # GPT-2: position ids [1, T] -> rows [1, T, d], broadcast over B
+        shapes["pos_embed"] = ([[1, t]], [[1, t, d]])
+        shapes["embed_add"] = ([row, [1, t, d]], [row])
     for name, kind, layer in stop_table(traced_family(spec.family), spec.n_layers, stage):
         if layer is not None:
             stop = parse_stop_name(name)[1]
             shapes[name] = _layer_stop(spec, stop, kind, b, t, cache_length(spec, layer, t, context))
     shapes["final_norm"] = ([row], [row])
-    shapes["lm_head"] = ([[b, 1, d]], [[b, 1, spec.vocab_size]])
+    rows = t if lm_head_all else 1
+    shapes["lm_head"] = ([[b, rows, d]], [[b, rows, spec.vocab_size]])
     return shapes
 
 
@@ -76,7 +82,7 @@ def _layer_stop(spec: ModelSpec, op: str, kind: str, b: int, t: int, n: int) -> 
         "attn.weighted_sum": ([[b, hq, t, n], expanded], [q_heads]),
         "attn.merge_heads": ([q_heads], [[b, t, spec.q_size]]),
         "attn.o_proj": ([[b, t, spec.q_size]], [row]),
-        "mlp.act": ([[b, t, width], [b, t, width]], [[b, t, width]]),
+        "mlp.act": ([[b, t, width]] * (2 if spec.gated_mlp else 1), [[b, t, width]]),
         "mlp.down_proj": ([[b, t, width]], [row]),
     }
     if op in fixed:

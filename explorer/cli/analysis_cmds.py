@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from explorer.analysis.hardware import hardware_names
+from explorer.analysis.memory import DEFAULT_ATTENTION_BUDGET_BYTES, prompt_memory
 from explorer.analysis.kv_cache import kv_bytes_per_token, kv_bytes_per_token_per_layer
 from explorer.analysis.params import param_counts
 from explorer.analysis.precision import DTYPE_BITS, Precision
@@ -51,6 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     info = subparsers.add_parser("info", help="dimensions, parameter counts and KV-cache bytes of a config")
     info.add_argument("--config", required=True, help="preset name or path to a config.json")
     info.add_argument("--kv-dtype", choices=_DTYPES, default="bf16")
+    info.add_argument("--prompt-tokens", type=_positive,
+                      help="also estimate the memory the explorer needs to run a prompt of this many tokens")
+    info.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                      help="the run's dtype for --prompt-tokens (fp32: the CPU's; bf16: CUDA's)")
     info.set_defaults(handler=run_info)
 
 
@@ -169,7 +174,24 @@ def run_info(args: argparse.Namespace) -> int:
         (f"KV cache per token ({args.kv_dtype})", f"{kv_bytes_per_token(spec, args.kv_dtype):,} B "
          f"({kv_bytes_per_token_per_layer(spec, args.kv_dtype):,} B per layer)"),
     ]
+    if args.prompt_tokens is not None:
+        rows += _memory_rows(spec, args.prompt_tokens, args.dtype)
     print(f"{args.config}")
     for label, value in rows:
         print(f"  {label:<32}{value}")
     return 0
+
+
+def _memory_rows(spec: ModelSpec, prompt_tokens: int, dtype: str) -> list[tuple[str, str]]:
+    """The estimated memory of the explorer's hooked prefill of `prompt_tokens` (`explorer.analysis.memory`)."""
+    need = prompt_memory(spec, prompt_tokens, DTYPE_BITS[dtype] // 8, DEFAULT_ATTENTION_BUDGET_BYTES)
+    mb = 1e6
+    return [
+        (f"memory for {prompt_tokens:,} tokens ({dtype})", f"{need.total_bytes / mb:,.0f} MB estimated"),
+        ("  weights", f"{need.weight_bytes / mb:,.0f} MB"),
+        ("  KV cache", f"{need.kv_cache_bytes / mb:,.0f} MB"),
+        ("  kept queries", f"{need.query_bytes / mb:,.0f} MB"),
+        ("  kept attention matrices", f"{need.kept_matrix_bytes / mb:,.0f} MB"),
+        ("  attention transient, a layer", f"{need.attention_transient_bytes / mb:,.0f} MB"),
+        ("  activations, a layer", f"{need.activation_bytes / mb:,.0f} MB"),
+    ]

@@ -28,6 +28,11 @@ def register(subparsers) -> None:
     source.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
     source.add_argument("--config", help="shape-only: a preset name or a config.json path (no weights)")
     parser.add_argument("--prompt-tokens", type=int, help="give the prompt as a token count (shape-only)")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="B, sequences run together: with --config, B copies of the prompt; with weights, "
+                             "the prompt's B lines, one prompt each (at most 8), left-padded")
+    parser.add_argument("--lm-head-all", action="store_true",
+                        help="run the LM head over every position ([B, T, V] logits), not the last one only")
     parser.add_argument("--no-chat-template", action="store_true", help="feed the prompt as raw text")
     parser.add_argument("--system", help="system prompt for the chat template")
     parser.add_argument("--thinking", action="store_true",
@@ -63,15 +68,28 @@ def run(args: argparse.Namespace) -> int:
                   progress=lambda message: print(message, file=sys.stderr))
     print(f"model: {loaded.description}")
     session = InferenceSession(loaded, settings)
+    prompts = _lines(args.prompt) if args.batch > 1 and not loaded.shape_only else None
     traces = [session.prefill(args.prompt, use_chat_template=not args.no_chat_template,
                               system_prompt=args.system, prompt_tokens=args.prompt_tokens,
-                              enable_thinking=args.thinking)]
+                              enable_thinking=args.thinking, batch=1 if prompts else args.batch,
+                              lm_head_all=args.lm_head_all, prompts=prompts,
+                              on_start=_say_estimate)]
     while len(traces) <= args.steps and not session.finished:
         traces.append(session.decode_step())
     print_journey(traces, session.text, args.layer)
+    if prompts:
+        print("\nevery sequence (sequence 0 above; left-padded to the longest prompt):")
+        for b, text in enumerate(session.batch_texts):
+            print(f"  {b}: {prompts[b]!r} -> {text!r}")
     if args.json:
         _write_json(args.json, traces, session.attention)
     return 0
+
+
+def _say_estimate(n_tokens: int, estimate) -> None:
+    """Before the prefill: the prompt's length and its estimated memory (`explorer.analysis.memory`)."""
+    if estimate is not None:
+        print(f"Prefill of {n_tokens:,} tokens: {estimate.summary()}", file=sys.stderr)
 
 
 def _settings(args: argparse.Namespace) -> SamplingSettings:
@@ -91,8 +109,18 @@ def _check_early(args: argparse.Namespace) -> None:
         raise PromptError("The prompt is empty: give some text (or --prompt-tokens N with --config).")
     if args.steps < 0:
         raise ExplorerError("--steps must be 0 or more.")
+    if args.batch < 1:
+        raise ExplorerError("--batch must be 1 or more.")
+    if args.batch > 1 and args.config is None and len(_lines(args.prompt)) != args.batch:
+        raise ExplorerError(f"--batch {args.batch} with real weights takes {args.batch} prompts, one per line of "
+                            "the prompt (or use --config for shape-only copies).")
     if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
         raise ExplorerError(f"Cannot write the trace to {args.json}: give a file path in an existing folder.")
+
+
+def _lines(prompt: str | None) -> list[str]:
+    """The prompt's non-empty lines: one prompt each in a batch."""
+    return [line for line in (prompt or "").splitlines() if line.strip()]
 
 
 def _check_layer(layer: int, n_layers: int) -> None:
@@ -122,10 +150,12 @@ def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:
     times, and its summary line says so.
     """
     prefill, decode = traces[0], traces[1] if len(traces) > 1 else None
+    batch = prefill.op("embed").input_shapes[0][0]
+    sequences = f" x {batch} sequences" if batch > 1 else ""
     if prefill.shape_only:
-        print(f"\nprefill: {len(prefill.input_ids)} tokens, shape-only: no compute, no times")
+        print(f"\nprefill: {len(prefill.input_ids)} tokens{sequences}, shape-only: no compute, no times")
     else:
-        print(f"\nprefill: {len(prefill.input_ids)} tokens in {prefill.wall_ms:.1f} ms (measured, one run)")
+        print(f"\nprefill: {len(prefill.input_ids)} tokens{sequences} in {prefill.wall_ms:.1f} ms (measured, one run)")
     print(_table(prefill, decode, layer))
     print(timing_note(prefill))
     print(f"\nlayer {layer} K cache:")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from explorer.analysis.records import OpCost
 from explorer.analysis.timing_stats import ms_number, noise_text, spread_text, stop_timing
 from explorer.figures.dims import coloured
-from explorer.figures.stop_docs import ENGINE_NOTES, STOP_DOCS, weight_shape
+from explorer.figures.stop_docs import ENGINE_NOTES, STOP_DOCS, stored_symbols, weight_shape
 from explorer.figures.theme import plain_label, si_text, visible_piece
 from explorer.journey import shape_text, step_label
 from explorer.stops import parse_stop_name
@@ -32,6 +32,11 @@ class Stages:
     prefill_ops: dict[str, OpRecord]
     decode_ops: dict[str, OpRecord]
     costs: tuple[dict[str, OpCost], ...]
+    weights_in_out: bool = False  # GPT-2's Conv1D: the layers' weights are [in, out], applied as X · W
+
+    def weight(self, stop: str) -> list[int] | None:
+        """The shape of the weight `stop` multiplies by, as the model stores it (`weight_shape`)."""
+        return weight_shape(self.prefill_ops[stop], _vocab(self.prefill), self.weights_in_out)
 
     @property
     def traces(self) -> list[StepTrace]:
@@ -55,7 +60,7 @@ def node_label(key: str, stages: Stages, tied: bool) -> str:
         symbol = _weight_symbol(stop)
         if tied and stop in ("embed", "lm_head"):
             symbol += " (tied)"
-        return f"<b>{symbol}</b><br>{_compact(weight_shape(op, _vocab(stages.prefill)))}"
+        return f"<b>{symbol}</b><br>{_compact(stages.weight(stop))}"
     lines = [f"<b>{plain_label(_short(key))}</b>"]
     for ops, colour in ((stages.prefill_ops, PREFILL_TEXT), (stages.decode_ops, DECODE_TEXT)):
         op = ops.get(key)
@@ -117,8 +122,10 @@ def node_hover(key: str, stages: Stages, tied: bool) -> str:
         return _kv_hover(stages)
     if key.startswith("W:"):
         stop = key[2:]
-        shape = weight_shape(stages.prefill_ops[stop], _vocab(stages.prefill))
+        shape = stages.weight(stop)
         symbols = _doc(stop)[2]
+        if stages.prefill_ops[stop].kind == "gemm" and stages.prefill_ops[stop].layer is not None:
+            symbols = stored_symbols(symbols, stages.weights_in_out)
         note = "<br>the same matrix as the LM head's (tied embeddings)" if tied and stop in ("embed", "lm_head") else ""
         return (f"<b>weight of {plain_label(stop)}</b><br>{coloured(symbols)} = {shape_text(shape)}<br>"
                 f"read in full at every step, whatever T is{note}")
@@ -149,7 +156,8 @@ def _numbers(op: OpRecord | None, stages: Stages, weight_symbols: str | None) ->
     inputs = " ".join(shape_text(shape) for shape in op.input_shapes) or "text"
     outputs = " ".join(shape_text(shape) for shape in op.output_shapes) or "text"
     if op.kind == "gemm" and weight_symbols:
-        return f"{inputs} · {shape_text(weight_shape(op, _vocab(stages.prefill)))}ᵀ → {outputs}"
+        transposed = "" if stages.weights_in_out and op.layer is not None else "ᵀ"
+        return f"{inputs} · {shape_text(stages.weight(op.name))}{transposed} → {outputs}"
     return f"{inputs} → {outputs}"
 
 

@@ -13,6 +13,10 @@ RESIDUAL = "[B, T, d] [B, T, d] → [B, T, d]"
 STOP_DOCS = {
     "tokenize": ("text → token ids (chat template, then the tokenizer)", "text → [B, T]", None),
     "embed": ("x_t = E[id_t]: a row lookup, no arithmetic", "[B, T] → [B, T, d]", "E [V, d]"),
+    "pos_embed": ("p_t = P[t]: a row of the learned position table per position (GPT-2)", "[1, T] → [1, T, d]",
+                  None),
+    "embed_add": ("x_t = E[id_t] + P[t]: positions added once, at the input (no RoPE)",
+                  "[B, T, d] [1, T, d] → [B, T, d]", None),
     "input_norm": NORM, "post_attn_norm": NORM, "pre_mlp_norm": NORM, "post_mlp_norm": NORM, "final_norm": NORM,
     "attn.q_proj": ("Q = X · W_qᵀ", "[B, T, d] → [B, T, h_q·d_h]", "W_q [h_q·d_h, d]"),
     "attn.k_proj": ("K = X · W_kᵀ", "[B, T, d] → [B, T, h_kv·d_h]", "W_k [h_kv·d_h, d]"),
@@ -38,7 +42,8 @@ STOP_DOCS = {
     "mlp.gate_proj": ("G = X · W_gateᵀ", "[B, T, d] → [B, T, d_ff]", "W_gate [d_ff, d]"),
     "mlp.up_proj": ("U = X · W_upᵀ", "[B, T, d] → [B, T, d_ff]", "W_up [d_ff, d]"),
     "mlp.gate_up_proj": ("[G U] = X · W_gate_upᵀ", "[B, T, d] → [B, T, 2·d_ff]", "W_gate_up [2·d_ff, d]"),
-    "mlp.act": ("A = silu(gate) ⊙ up (SwiGLU; Gemma 3: gelu)", "[B, T, d_ff]×2 → [B, T, d_ff]", None),
+    "mlp.act": ("A = silu(gate) ⊙ up (SwiGLU; Gemma 3: gelu); GPT-2: A = gelu(U), no gate",
+                "[B, T, d_ff]×2 → [B, T, d_ff] (GPT-2: [B, T, d_ff] → [B, T, d_ff])", None),
     "mlp.down_proj": ("Y = A · W_downᵀ", "[B, T, d_ff] → [B, T, d]", "W_down [d, d_ff]"),
     "mlp_residual": ("x = x + mlp(x)", RESIDUAL, None),
     "lm_head": ("logits = x_last · W_lmᵀ (last position only)", "[B, 1, d] → [B, 1, V]", "W_lm [V, d]"),
@@ -48,16 +53,30 @@ STOP_DOCS = {
 }
 
 
-def weight_shape(op: OpRecord, vocab: int) -> list[int] | None:
-    """The weight a stop multiplies by, from its shapes: [out_features, in_features] for a GEMM,
-    [d] for a norm (d_h for QK-norm), [V, d] for the embedding; None for a stop without weights.
+def stored_symbols(weight_symbols: str, in_out: bool) -> str:
+    """A weight in symbols as the model stores it: "W_q [h_q·d_h, d]" (`nn.Linear`), or with `in_out`
+    (GPT-2's `Conv1D`) "W_q [d, h_q·d_h]"."""
+    if not in_out or " [" not in weight_symbols:
+        return weight_symbols
+    name, dims = weight_symbols.split(" [", 1)
+    out_features, in_features = dims.rstrip("]").split(", ")
+    return f"{name} [{in_features}, {out_features}]"
+
+
+def weight_shape(op: OpRecord, vocab: int, in_out: bool = False) -> list[int] | None:
+    """The weight a stop multiplies by, from its shapes: [out_features, in_features] for a GEMM
+    (`nn.Linear`), [d] for a norm (d_h for QK-norm), [V, d] for the embedding; None for a stop without
+    weights.
 
     Args:
         op: the stop.
         vocab: V, the vocabulary size (the embedding's shapes do not show it).
+        in_out: the layers' GEMMs are GPT-2's `Conv1D`, stored [in_features, out_features] (its LM head
+            is an `nn.Linear`, tied to the embedding).
     """
     if op.kind == "gemm":
-        return [op.output_shapes[0][-1], op.input_shapes[0][-1]]
+        shape = [op.output_shapes[0][-1], op.input_shapes[0][-1]]
+        return shape[::-1] if in_out and op.layer is not None else shape
     if op.kind == "norm":
         return [op.output_shapes[0][-1]]
     if op.name == "embed":

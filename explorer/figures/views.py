@@ -17,6 +17,7 @@ from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts
 from explorer.analysis.records import OpCost
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, SinkSummary, key_importance
+from explorer.families import FAMILIES
 from explorer.figures.attention import attention_figure, stack_attention
 from explorer.figures.forward import forward_figure
 from explorer.figures.journey import journey_figure
@@ -110,7 +111,23 @@ def fig_forward(data: ViewData, options: ViewOptions) -> go.Figure:
     config = data.run.config
     return forward_figure(data.run.steps[0], decode, options.layer, len(data.run.steps[0].kv),
                           tied_lm_head=bool(config.get("tie_word_embeddings")), costs=data.stop_costs,
-                          presenter=options.presenter)
+                          presenter=options.presenter, weights_in_out=_conv1d(config))
+
+
+def query_heads(config: dict) -> int:
+    """h_q from a config as transformers writes it (`num_attention_heads`; GPT-2: `n_head`).
+
+    Raises:
+        KeyError: neither field is there.
+    """
+    return config["n_head"] if "num_attention_heads" not in config and "n_head" in config else \
+        config["num_attention_heads"]
+
+
+def _conv1d(config: dict) -> bool:
+    """Whether the run's family stores its layers' weights [in, out] (GPT-2's Conv1D)."""
+    family = FAMILIES.get(config.get("model_type"))
+    return family is not None and family.conv1d
 
 
 def fig_journey(data: ViewData, options: ViewOptions) -> go.Figure:
@@ -156,7 +173,7 @@ def sink_note(importance: np.ndarray, every_layer: np.ndarray | None, threshold:
 def fig_kv_cache(data: ViewData, options: ViewOptions) -> go.Figure:
     """Every layer's KV cache over the steps up to the shown one, against an MHA model's."""
     trace = data.run.step(options.step)
-    n_heads = data.run.config["num_attention_heads"]
+    n_heads = query_heads(data.run.config)
     return kv_cache_figure(list(data.run.steps[: trace.step_index + 1]), n_heads, trace.step_index)
 
 

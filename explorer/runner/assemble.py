@@ -1,15 +1,14 @@
 """Turning one pass's recorded events into the ordered stops of a `StepTrace`.
 
 Stops that are modules or steps of the attention function were timed directly. The rest are
-bounded by their neighbours: RoPE runs between the last projection (or QK-norm) and the cache
+bounded by their neighbours: GPT-2's sum of token and position embeddings between the position lookup
+and the first norm; RoPE runs between the last projection (or QK-norm) and the cache
 write; a residual add between the end of its branch and the next norm; the MLP activation in the
 gaps after the gate projection (Llama runs silu(gate) before the up projection) and before the down
 projection. Splitting into heads is a view: it launches no kernel, so its wall time is None.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import torch
 
@@ -50,6 +49,8 @@ def assemble_ops(
         builder = _DERIVED.get(parse_stop_name(name)[1]) if layer is not None else None
         if builder is not None:
             ops.append(_plain(builder(name, kind, layer, layer_events, family)))
+        elif name == "embed_add":
+            ops.append(_plain(_embed_add(name, kind, events)))
         elif name in events:
             ops.append(_plain(_from_event(name, kind, layer, events[name])))
         else:
@@ -58,10 +59,11 @@ def assemble_ops(
 
 
 def _plain(op: OpRecord) -> OpRecord:
-    """Shapes as lists of ints and the dtype as a name ("float32"), as the trace holds them."""
-    return replace(op, input_shapes=[list(shape) for shape in op.input_shapes],
-                   output_shapes=[list(shape) for shape in op.output_shapes],
-                   dtype=_DTYPE_NAMES.get(op.dtype) or str(op.dtype).removeprefix("torch."))
+    """Shapes as lists of ints and the dtype as a name ("float32"), as the trace holds them (built
+    directly: `dataclasses.replace` costs several times more, and a step makes ~600 of these)."""
+    return OpRecord(op.name, op.kind, op.layer, [list(shape) for shape in op.input_shapes],
+                    [list(shape) for shape in op.output_shapes],
+                    _DTYPE_NAMES.get(op.dtype) or str(op.dtype).removeprefix("torch."), op.wall_ms)
 
 
 class _LayerEvents:
@@ -80,7 +82,7 @@ class _LayerEvents:
 
 def _from_event(name: str, kind: str, layer: int | None, event: Event, outputs: list | None = None) -> OpRecord:
     return OpRecord(name, kind, layer, event.inputs, event.outputs if outputs is None else outputs, event.dtype,
-                    (event.end - event.start) * 1e3)
+                    event.seconds * 1e3)
 
 
 def _ms(start: float, end: float) -> float:
@@ -131,7 +133,18 @@ def _residual(name, kind, layer, branch_out: Event, wall_ms: float) -> OpRecord:
     return OpRecord(name, kind, layer, [shape, shape], [shape], branch_out.dtype, wall_ms)
 
 
+def _embed_add(name: str, kind: str, events: dict[str, Event]) -> OpRecord:
+    """GPT-2's token embeddings [B, T, d] plus the position table's rows [1, T, d] (broadcast over B),
+    timed from the end of the position lookup to the first layer's norm (the add and the dropout)."""
+    tokens, positions = events["embed"], events["pos_embed"]
+    after = events.get(stop_name(0, "input_norm")) or events["final_norm"]
+    return OpRecord(name, kind, None, [tokens.outputs[0], positions.outputs[0]], [tokens.outputs[0]],
+                    tokens.dtype, _ms(positions.end, after.start))
+
+
 def _mlp_act(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
+    if not family.gated_mlp:  # GPT-2's GELU is a module of its own, hooked
+        return _from_event(name, kind, layer, ev["mlp.act"])
     down = ev["mlp.down_proj"]
     if family.fused_gate_up:
         wall_ms = _ms(ev["mlp.gate_up_proj"].end, down.start)

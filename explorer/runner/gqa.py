@@ -1,12 +1,21 @@
 """Eager attention's arithmetic for grouped-query attention, without repeat_kv's copy of the cache.
 
-Query head h reads KV head h // g (g = h_q / h_kv, transformers' `repeat_kv`), so the query heads at
-offset i of every group (h = j·g + i) pair with KV heads j = 0..h_kv-1 as they lie. Each product here
-is the [T, d_h] x [d_h, n] GEMM eager attention (`eager_attention_forward` in modeling_llama.py) runs
-per head, on the same values, so the results are eager's bit for bit
-(tests/integration/test_faithfulness.py) with no g copies of K and V written at every step.
+Query head h reads KV head h // g (g = h_q / h_kv, transformers' `repeat_kv`), so the g query heads
+j·g .. j·g + g - 1 all read KV head j. Here they are one GEMM per KV head: the group's queries
+[g·T, d_h] x the head's keys [d_h, n] (one batched matmul over the h_kv heads), where eager attention
+(`eager_attention_forward` in modeling_llama.py) copies K and V g times and runs one GEMM per query
+head. A decode step's attention is then 2 matmuls a layer, not 2·h_q GEMVs, and no copy of the cache.
 
-Tensors in the grouped layout are [g, B, h_kv, T, ...]: query head j·g + i sits at [i, :, j].
+Tensors in the grouped layout are [B, h_kv, g, T, ...], which is head order: a view of [B, h_q, T, ...].
+
+The instrumented attention (`explorer.runner.hooks`) runs these on a block of query rows at a time
+(`explorer.analysis.memory.block_rows`), so a layer's transient memory is bounded by the block, not
+by T x n. Each row's scores, softmax and weighted sum depend on that row alone, but the products are
+GEMMs of other shapes than eager's, and a BLAS kernel may reduce a dot product in another order for
+another shape; so the probabilities and logits equal eager attention's within float32 rounding, not
+bit for bit: asserted to 1e-6 (tests/integration/test_query_blocks.py: blocks of 1, 7 and T rows on
+every family's tiny model, the measured bound in its docstring; tests/integration/test_faithfulness.py:
+the embedded model's logits, of about 25, to 5e-5).
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+
+from explorer.analysis.memory import block_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,19 +54,18 @@ def grouped_scores(query: torch.Tensor, key: torch.Tensor, scaling: float, softc
         attention_mask: additive float mask [B, 1, T, >= n] (0 or the dtype's minimum), or None.
 
     Returns:
-        [g, B, h_kv, T, n] in the query's dtype.
+        [B, h_kv, g, T, n] in the query's dtype (a view of it as [B, h_q, T, n] is head order).
     """
-    batch, h_q, q_len, _ = query.shape
+    batch, h_q, q_len, head_dim = query.shape
     h_kv, n = key.shape[1], key.shape[2]
     group = h_q // h_kv
-    scores = query.new_empty(group, batch, h_kv, q_len, n)
-    for i in range(group):
-        torch.matmul(query[:, i::group], key.transpose(2, 3), out=scores[i])
-    scores.mul_(scaling)  # in place where eager makes a new tensor (same values): 150 MB a layer at 2k tokens
+    scores = torch.matmul(query.reshape(batch, h_kv, group * q_len, head_dim), key.transpose(2, 3))
+    scores = scores.view(batch, h_kv, group, q_len, n)
+    scores.mul_(scaling)  # in place where eager makes a new tensor (same values)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if attention_mask is not None:
-        scores.add_(attention_mask[:, :, :, :n])
+        scores.add_(attention_mask[:, :, None, :, :n])
     return scores
 
 
@@ -65,39 +75,52 @@ def softmax(scores: torch.Tensor) -> torch.Tensor:
 
 
 def grouped_weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """P·V from grouped probabilities [g, B, h_kv, T, n] and values [B, h_kv, n, d_h], merged into
-    [B, T, h_q, d_h] (eager's `transpose(1, 2).contiguous()` of its [B, h_q, T, d_h] output)."""
-    group, batch, h_kv, q_len, _ = probs.shape
-    output = probs.new_empty(group, batch, h_kv, q_len, value.shape[-1])
-    for i in range(group):
-        torch.matmul(probs[i], value, out=output[i])
-    return output.permute(1, 3, 2, 0, 4).reshape(batch, q_len, group * h_kv, value.shape[-1])
+    """P·V from grouped probabilities [B, h_kv, g, T, n] and values [B, h_kv, n, d_h]: [B, h_q, T, d_h]."""
+    batch, h_kv, group, q_len, n = probs.shape
+    output = torch.matmul(probs.reshape(batch, h_kv, group * q_len, n), value)
+    return output.view(batch, h_kv * group, q_len, value.shape[-1])
+
+
+def merge_heads(output: torch.Tensor, merged: torch.Tensor) -> None:
+    """Write the heads' outputs [B, h_q, T, d_h] into `merged` [B, T, h_q, d_h] (eager's
+    `transpose(1, 2).contiguous()`)."""
+    merged.copy_(output.transpose(1, 2))
 
 
 def in_head_order(probs: torch.Tensor) -> torch.Tensor:
-    """Batch row 0 of grouped probabilities [g, B, h_kv, T, n] as [h_q, T, n] in head order (a copy)."""
-    group, _, h_kv, q_len, n = probs.shape
-    return probs[:, 0].transpose(0, 1).reshape(group * h_kv, q_len, n)
+    """Batch row 0 of grouped probabilities [B, h_kv, g, T, n] as [h_q, T, n] (a view)."""
+    _, h_kv, group, q_len, n = probs.shape
+    return probs[0].view(h_kv * group, q_len, n)
 
 
-def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor) -> np.ndarray:
+def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.Tensor | None = None) -> np.ndarray:
     """A step's attention probabilities from its queries and the cached keys, under a causal mask.
 
     The mask is eager's (0, or the dtype's minimum above the diagonal: `transformers.masking_utils`),
-    so the values are the ones the step computed, bit for bit. Only for keys every query could see
-    when it ran (no sliding window cut them).
+    and the blocks are the step's (`block_rows` of the same shape), so the values are the ones the step
+    computed, bit for bit. Only for keys every query could see
+    when it ran (no sliding window cut them). Computed a block of query rows at a time (`block_rows`):
+    the transient memory is a block's, beside the [h_q, T, n] result.
 
     Args:
         inputs: the step's queries [h_q, T, d_h] (the last T of the n positions) and scaling.
         keys: [1, h_kv, n, d_h], the cache's keys of positions 0..n-1.
+        padding: [n] attention mask of a left-padded sequence (0 at padding, masked as eager masks it), or None.
 
     Returns:
         [h_q, T, n] float32 numpy, rows sum to 1.
     """
     query = inputs.query[None]
-    q_len, n = query.shape[2], keys.shape[2]
-    mask = torch.full((q_len, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
-    mask.triu_(n - q_len + 1)  # query r sits at position n - T + r and sees keys 0..n - T + r
+    h_q, q_len, n = query.shape[1], query.shape[2], keys.shape[2]
+    result = np.empty((h_q, q_len, n), np.float32)
+    rows = block_rows(h_q, q_len, n, query.element_size())
     with torch.inference_mode():
-        probs = softmax(grouped_scores(query, keys, inputs.scaling, inputs.softcap, mask[None, None]))
-        return in_head_order(probs).to(torch.float32).cpu().numpy()
+        for first in range(0, q_len, rows):
+            last = min(first + rows, q_len)
+            mask = torch.full((last - first, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
+            mask.triu_(n - q_len + first + 1)  # query r sits at position n - T + r and sees keys 0..n - T + r
+            if padding is not None:  # a left-padded sequence's padded keys
+                mask.masked_fill_(padding.to(mask.device)[None, :] == 0, torch.finfo(query.dtype).min)
+            scores = grouped_scores(query[:, :, first:last], keys, inputs.scaling, inputs.softcap, mask[None, None])
+            result[:, first:last] = in_head_order(softmax(scores)).to(torch.float32).cpu().numpy()
+    return result

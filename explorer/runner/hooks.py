@@ -22,7 +22,9 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from explorer.runner.architectures import stop_module_names
-from explorer.runner.gqa import AttentionInputs, grouped_scores, grouped_weighted_sum, in_head_order, softmax
+from explorer.analysis.memory import block_rows
+from explorer.runner.gqa import (AttentionInputs, grouped_scores, grouped_weighted_sum, in_head_order, merge_heads,
+                                softmax)
 from explorer.runner.timing import Clock, CudaEventClock
 from explorer.stops import stop_name
 
@@ -39,7 +41,8 @@ class StopForward(Exception):
 @dataclass(slots=True)
 class Event:
     """One timed stop: its bounds as clock readings (seconds once `StepRecorder.finish` has run),
-    shapes (`torch.Size`) and dtype.
+    shapes (`torch.Size`) and dtype; a stop run in query blocks also has each block's (start, end)
+    in `spans`, and its time is their sum.
 
     Kept as torch objects during the pass (converting hundreds of them per step costs time there);
     `explorer.runner.assemble` turns them into plain lists and strings afterwards.
@@ -50,6 +53,14 @@ class Event:
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     dtype: torch.dtype | None = None
+    spans: list = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        """The stop's time: end - start, or the sum of its blocks' spans."""
+        if self.spans:
+            return sum(end - start for start, end in self.spans)
+        return self.end - self.start
 
 
 class StepRecorder:
@@ -63,6 +74,8 @@ class StepRecorder:
             kept) -> whether to copy that layer's probabilities too.
         stop_after_layer: end the pass with `StopForward` once this layer's attention is captured.
         on_layer: called with each layer's index once its attention has run (a progress report).
+        block_rows: query rows per attention block; None picks them from
+            `explorer.analysis.memory.ATTENTION_BLOCK_BYTES` (`block_rows`).
     """
 
     def __init__(
@@ -71,8 +84,10 @@ class StepRecorder:
         keep_attention: Callable[[int, Shape, int], bool] = lambda layer, shape, query_bytes: True,
         stop_after_layer: int | None = None,
         on_layer: Callable[[int], None] | None = None,
+        block_rows: int | None = None,
     ) -> None:
         self.clock = clock
+        self.block_rows = block_rows
         self.on_layer = on_layer
         self.keep_attention = keep_attention
         self.stop_after_layer = stop_after_layer
@@ -104,17 +119,28 @@ class StepRecorder:
         self.events[key] = Event(start, now, inputs, outputs, dtype)
         return now
 
-    def capture_attention(self, layer: int, probs: torch.Tensor, inputs: AttentionInputs) -> None:
-        """Keep the layer's queries (`inputs`, to recompute the probabilities from) and, where allowed,
-        batch row 0 of `probs` [g, B, h_kv, q_len, kv_len] (`explorer.runner.gqa` layout) as [h_q, q_len,
-        kv_len] float32; both stay on their device (a copy to the host here would wait for the GPU)."""
-        group, _, h_kv, q_len, kv_len = probs.shape
-        shape = [group * h_kv, q_len, kv_len]
+    def record_blocks(self, key: str, spans: list[tuple[float, float]], inputs: list[torch.Size],
+                      outputs: list[torch.Size], dtype: torch.dtype) -> None:
+        """Store a stop run in query blocks, `spans` its blocks' (start, end) readings."""
+        self.events[key] = Event(spans[0][0], spans[-1][1], inputs, outputs, dtype, spans if len(spans) > 1 else [])
+
+    def attention_target(self, layer: int, shape: Shape, inputs: AttentionInputs,
+                         device: torch.device) -> torch.Tensor | None:
+        """Before a layer's attention: keep its queries (`inputs`, to recompute the probabilities
+        from) and, where `keep_attention` allows, return the float32 [h_q, q_len, kv_len] tensor its
+        probabilities are to be copied into (on the model's device: a copy to the host here would wait
+        for the GPU); None where they are not kept, or on `meta`."""
         self.attention_shapes[layer] = shape
-        if probs.device.type != "meta":
-            self.attention_inputs[layer] = inputs
-            if self.keep_attention(layer, shape, inputs.query.nbytes):
-                self._pending_attention[layer] = in_head_order(probs).detach().to(torch.float32)
+        if device.type == "meta":
+            return None
+        self.attention_inputs[layer] = inputs
+        if not self.keep_attention(layer, shape, inputs.query.nbytes):
+            return None
+        self._pending_attention[layer] = torch.empty(shape, dtype=torch.float32, device=device)
+        return self._pending_attention[layer]
+
+    def attention_done(self, layer: int) -> None:
+        """After a layer's attention: report progress, and end the pass if this was the layer wanted."""
         if self.on_layer is not None:
             self.on_layer(layer)
         if layer == self.stop_after_layer:
@@ -132,7 +158,13 @@ def explorer_attention(
     softcap: float | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Eager attention, its values bit for bit, with each step timed and the probabilities captured.
+    """Eager attention's arithmetic, a block of query rows at a time, with each step timed and the
+    probabilities captured.
+
+    The scores, softmax, weighted sum and merge run on `block_rows` query rows at a time (the
+    recorder's, else from the memory budget `explorer.analysis.memory.ATTENTION_BLOCK_BYTES`), so a layer's
+    transient memory is a block's, not h_q x T x n; a stop's time is the sum over its blocks. The
+    values equal eager attention's within float32 rounding, 1e-6 (`explorer.runner.gqa`).
 
     Args:
         query: [B, h_q, T, d_h] after RoPE.
@@ -148,21 +180,38 @@ def explorer_attention(
     rec, layer = _ACTIVE.get(), module.layer_idx
     batch, h_q, q_len, head_dim = query.shape
     n = key.shape[2]
-    start = rec.clock()
+    clock = rec.clock
+    start = clock()
     expanded = torch.Size([batch, h_q, n, head_dim])  # a broadcast (explorer.runner.gqa): no tensor of its own
-    start = rec.record_shapes(stop_name(layer, "attn.gqa_expand"), start, [key.shape, value.shape], [expanded] * 2,
-                              key.dtype)
-    scores = grouped_scores(query, key, scaling, softcap, attention_mask)
-    heads = torch.Size([batch, h_q, q_len, n])
-    start = rec.record_shapes(stop_name(layer, "attn.scores"), start, [query.shape, expanded], [heads], scores.dtype)
-    probs = softmax(scores)
-    start = rec.record_shapes(stop_name(layer, "attn.softmax"), start, [heads], [heads], probs.dtype)
-    merged = grouped_weighted_sum(probs, value)  # [B, T, h_q, d_h]
-    per_head = torch.Size([batch, h_q, q_len, head_dim])
-    start = rec.record_shapes(stop_name(layer, "attn.weighted_sum"), start, [heads, expanded], [per_head],
-                              merged.dtype)
-    rec.record(stop_name(layer, "attn.merge_heads"), start, [per_head], [merged])
-    rec.capture_attention(layer, probs, AttentionInputs(query[0].detach(), scaling, softcap))
+    rec.record_shapes(stop_name(layer, "attn.gqa_expand"), start, [key.shape, value.shape], [expanded] * 2, key.dtype)
+    kept = rec.attention_target(layer, [h_q, q_len, n], AttentionInputs(query[0].detach(), scaling, softcap),
+                                query.device)
+    merged = query.new_empty(batch, q_len, h_q, head_dim)
+    rows = rec.block_rows or block_rows(h_q, q_len, n, query.element_size())
+    spans: list[list[tuple[float, float]]] = [[], [], [], []]
+    for first in range(0, q_len, rows):
+        block = slice(first, min(first + rows, q_len))
+        start = clock()
+        mask = None if attention_mask is None else attention_mask[:, :, block]
+        scores = grouped_scores(query[:, :, block], key, scaling, softcap, mask)
+        after_scores = clock()
+        probs = softmax(scores)
+        after_softmax = clock()
+        output = grouped_weighted_sum(probs, value)
+        after_sum = clock()
+        merge_heads(output, merged[:, block])
+        after_merge = clock()
+        marks = (start, after_scores, after_softmax, after_sum, after_merge)
+        for stop, times in enumerate(spans):
+            times.append((marks[stop], marks[stop + 1]))
+        if kept is not None:
+            kept[:, block].copy_(in_head_order(probs))  # outside the timed stops, as eager has no such copy
+    heads, per_head = torch.Size([batch, h_q, q_len, n]), torch.Size([batch, h_q, q_len, head_dim])
+    rec.record_blocks(stop_name(layer, "attn.scores"), spans[0], [query.shape, expanded], [heads], query.dtype)
+    rec.record_blocks(stop_name(layer, "attn.softmax"), spans[1], [heads], [heads], query.dtype)
+    rec.record_blocks(stop_name(layer, "attn.weighted_sum"), spans[2], [heads, expanded], [per_head], query.dtype)
+    rec.record_blocks(stop_name(layer, "attn.merge_heads"), spans[3], [per_head], [merged.shape], merged.dtype)
+    rec.attention_done(layer)
     return merged, None
 
 

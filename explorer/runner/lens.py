@@ -54,15 +54,18 @@ def capture_residuals(model: nn.Module, positions: int) -> Iterator[list[torch.T
     if positions == 0:
         yield []
         return
-    family = model_features(model)
-    modules = [_module(model, family.top_modules["embed"]), *_module(model, family.layers)]
+    layers = _module(model, model_features(model).layers)
     residuals: list[torch.Tensor] = []
 
     def keep(module, args, output):
         hidden = output[0] if isinstance(output, tuple) else output
         residuals.append(hidden[0, -positions:].detach().clone())
 
-    handles = [module.register_forward_hook(keep) for module in modules]
+    def keep_input(module, args):  # the first layer's input: the embedding (GPT-2: plus the position rows)
+        residuals.append(args[0][0, -positions:].detach().clone())
+
+    handles = [layers[0].register_forward_pre_hook(keep_input)]
+    handles += [layer.register_forward_hook(keep) for layer in layers]
     try:
         yield residuals
     finally:

@@ -16,13 +16,16 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from explorer.analysis.memory import DEFAULT_ATTENTION_BUDGET_BYTES, PromptMemory, longest_prompt, prompt_memory
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.run import PromptInputs, Run
 from explorer.runner.architectures import model_features
 from explorer.runner.assemble import assemble_ops
 from explorer.runner.attention_store import LiveAttention
+from explorer.runner.batch import MAX_PROMPTS, Batch, pad_id
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
+from explorer.runner.devices import free_memory_bytes
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.lens import DEFAULT_LENS_BUDGET_BYTES, LiveLens, capture_residuals, lens_positions
@@ -33,13 +36,8 @@ from explorer.runner.timing import step_clock
 from explorer.stops import stop_table
 from explorer.trace import AttentionRecord, KVSnapshot, LensRecord, OpRecord, SamplingRecord, StepTrace
 
-# Attention memory a session keeps, all steps together: the post-RoPE queries of every step and layer
-# (always kept; `attention.probs` recomputes any matrix from them and the cached keys, a 2,048-token
-# prefill block in about 0.3 s), plus as many probability matrices (float32) as fit beside them, the
-# newest first. A short prompt keeps every matrix; a 2,048-token prompt with 64 decode steps keeps
-# 146 MB of queries, a few MB of matrices and, with its 97 MB KV cache, stays within the app's 300 MB
-# per-session budget.
-DEFAULT_ATTENTION_BUDGET_BYTES = 144 * 2**20
+# The most sequences one run takes together (`prefill(batch=...)`).
+MAX_BATCH = 256
 
 # Top tokens per step whose text pieces the run names (the sampling view draws 20 of them).
 PIECES_PER_STEP = 64
@@ -100,6 +98,9 @@ class InferenceSession:
         self._detokenizer: IncrementalDetokenizer | None = None
         self._failed_step: str | None = None  # a step that raised may have written part of the cache
         self._step_lock = threading.Lock()  # two clicks at once run one step after the other
+        self.batch = 1  # B of the current run (`prefill`)
+        self.lm_head_all = False  # the LM head over every position (`prefill`)
+        self._batch: Batch | None = None  # a batch of real prompts (`prefill(prompts=...)`)
 
     @property
     def traces(self) -> tuple[StepTrace, ...]:
@@ -158,7 +159,11 @@ class InferenceSession:
         system_prompt: str | None = None,
         prompt_tokens: int | None = None,
         on_layer: Callable[[int, int], None] | None = None,
+        batch: int = 1,
+        lm_head_all: bool = False,
+        prompts: list[str] | None = None,
         enable_thinking: bool = False,
+        on_start: Callable[[int, PromptMemory | None], None] | None = None,
     ) -> StepTrace:
         """Run the whole prompt through the model on a fresh cache and choose the first token.
 
@@ -169,24 +174,47 @@ class InferenceSession:
             prompt_tokens: a prompt given as a token count T (ids are placeholders: shape-only mode).
             on_layer: called as (layer index, layer count) once each layer's attention has run, to show
                 a long prefill's progress.
+            batch: B, sequences run together (shape-only mode: B copies of the placeholder prompt; every
+                stop's shapes carry B; the views show sequence 0).
+            lm_head_all: run the LM head over every position ([B, T, V] logits) instead of the last one
+                only, as `generate` does; the next token still comes from the last position.
+            prompts: a batch of real prompts (1 to `MAX_PROMPTS`), instead of `prompt`: left-padded to the
+                longest with the attention mask and position ids `generate` uses, each sequence drawn with
+                its own generator (seed + b) (`explorer.runner.batch`). The run records sequence 0 (its
+                padded ids, logits and sampling); `batch_rows` holds every sequence's ids.
             enable_thinking: passed to the chat template as `enable_thinking` (Qwen3's switch: off, its
                 template ends the generation prompt with an empty <think></think> block, so the model
                 answers at once; on, it may reason in <think> first). Templates without it ignore it.
+            on_start: called as (prompt tokens T, `memory_estimate(T)`) once the prompt is allowed,
+                before the forward pass, to show what a long prefill will need.
 
         Raises:
             PromptError: empty prompt, a lone surrogate in the prompt or system prompt, no tokenizer for
                 a text prompt, a token count for real weights or one that is not a whole number >= 1,
                 longer than `max_prompt_tokens` or than the context window, or a prompt or system
                 prompt longer than `max_prompt_chars(max_prompt_tokens)` characters (checked before
-                the tokenizer runs).
+                the tokenizer runs), or a batch that is not a whole number in 1..`MAX_BATCH` (above 1: shape-only
+                mode only); or a prompt whose estimated memory (`memory_estimate`, of one
+                sequence) exceeds the device's free memory, refused before anything is allocated.
         """
+        self._check_batch(batch)
         start = time.perf_counter()
-        ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking)
-        tokenize = OpRecord("tokenize", "tokenize", None, [], [[1, len(ids)]], "int64",
+        rows = None if prompts is None else self._tokenize_batch(prompts, use_chat_template, system_prompt,
+                                                                 enable_thinking)
+        if rows is not None:
+            prompt, batch = "\n".join(prompts), rows.size
+            ids = rows.prefill_ids()[0]
+        else:
+            ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking)
+        self._check_memory(len(ids))
+        if on_start is not None:
+            on_start(len(ids), self.memory_estimate(len(ids)))
+        tokenize = OpRecord("tokenize", "tokenize", None, [], [[batch, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
         with self._step_lock:
             self._cache = DynamicCache(config=self.loaded.model.config)
             self.ids, self.generated, self._failed_step = list(ids), [], None
+            self.batch, self.lm_head_all, self._batch = batch, bool(lm_head_all), rows
             self._generator_states = []
             self.run = self._new_run()
             self.run.prompt = PromptInputs(prompt if prompt_tokens is None else None, bool(use_chat_template),
@@ -212,6 +240,8 @@ class InferenceSession:
             self._check_can_decode()
             if settings is not None:
                 self.settings = settings
+            if self._batch is not None:
+                self._batch.extend()
             return self._step("decode", [self.generated[-1]], {}, None)
 
     def branch(self, step_index: int) -> None:
@@ -229,6 +259,8 @@ class InferenceSession:
         """
         with self._step_lock:
             steps = self.run.steps
+            if self._batch is not None:
+                raise SessionStateError("A batch of prompts cannot go back to an earlier step; run a new prefill.")
             if not 0 <= step_index < len(steps) - 1:
                 raise SessionStateError(f"There is no earlier step {step_index} to continue from: "
                                         f"the steps run are 0 to {len(steps) - 1}.")
@@ -298,22 +330,54 @@ class InferenceSession:
         held = self._cache.layers[layer] if self._cache is not None else None
         if held is not None and held.keys.shape[-2] == self.run.latest.context_length:
             inputs = self.attention.store.inputs[step_index][layer]
-            return recompute_probs(inputs, held.keys[:, :, :trace.context_length])
+            padding = self._batch.mask[0, :trace.context_length] if self._batch is not None else None
+            return recompute_probs(inputs, held.keys[:1, :, :trace.context_length], padding)
         return self._rerun_attention(trace, layer)
 
     def _rerun_attention(self, trace: StepTrace, layer: int) -> np.ndarray:
         recorder = StepRecorder(stop_after_layer=layer)  # the times are not kept: no device clock
         cache = DynamicCache(config=self.loaded.model.config)
-        ids = torch.tensor([self.ids[: trace.context_length]], device=self.loaded.device)
+        inputs = {"input_ids": torch.tensor([self.ids[: trace.context_length]], device=self.loaded.device)}
+        if self._batch is not None:  # sequence 0 alone, with its padding masked as in the batch
+            inputs["attention_mask"] = self._batch.mask[:1, :trace.context_length].to(self.loaded.device)
+            inputs["position_ids"] = self._batch.positions()[:1, :trace.context_length].to(self.loaded.device)
         model = self.loaded.model
         with model_lock(model), torch.inference_mode(), tracing(model, cache, recorder, hook_modules=False):
             try:
-                model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+                model(**inputs, cache=cache, use_cache=True, logits_to_keep=1)
             except StopForward:
                 pass
         recorder.finish()
         q_len, kv_len = trace.attention[layer].shape[1:]  # a sliding-window layer sees only its last kv_len keys
         return recorder.attention[layer][:, -q_len:, -kv_len:]
+
+    @property
+    def batch_rows(self) -> list[list[int]]:
+        """Each sequence's ids without padding: its prompt, then its chosen tokens up to its EOS; one row,
+        the run's ids, outside a batch of prompts."""
+        return self._batch.sequences() if self._batch is not None else [list(self.ids)]
+
+    @property
+    def batch_texts(self) -> list[str]:
+        """Each sequence's generated text, special tokens left out ("" in shape-only mode)."""
+        if not self._has_text():
+            return [""] * self.batch
+        return [self.text] if self._batch is None else self._batch.texts(self.loaded.tokenizer)
+
+    def _tokenize_batch(self, prompts: list[str], use_chat_template: bool, system_prompt: str | None,
+                        enable_thinking: bool) -> Batch:
+        if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS:
+            raise PromptError(f"A batch takes 1 to {MAX_PROMPTS} prompts, one per line.")
+        rows = [self._encode(text, use_chat_template, system_prompt, enable_thinking) for text in prompts]
+        self._check_length(max(len(row) for row in rows))
+        return Batch.start(rows, pad_id(self.loaded), self.settings.seed)
+
+    def _check_batch(self, batch) -> None:
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+            raise PromptError(f"The batch must be a whole number of sequences from 1 to {MAX_BATCH}.")
+        if batch > 1 and not self.loaded.shape_only:
+            raise PromptError("A batch of copies runs in shape-only mode (--config); with real weights, give "
+                              "one prompt per sequence.")
 
     def prompt_ids(self, prompt: str, use_chat_template: bool = True, system_prompt: str | None = None,
                    enable_thinking: bool = False) -> list[int]:
@@ -332,6 +396,33 @@ class InferenceSession:
             raise PromptError("A prompt needs at least one token: give a whole number of tokens, 1 or more.")
         self._check_length(prompt_tokens)  # before allocating: a huge count is refused, not built
         return [0] * prompt_tokens
+
+    def memory_estimate(self, n_tokens: int) -> PromptMemory | None:
+        """The estimated memory of a prefill of `n_tokens` here (`explorer.analysis.memory`), in the
+        model's dtype and this session's attention budget; None in shape-only mode or for a family
+        the cost model does not know."""
+        spec = self.run.spec
+        if spec is None or self.loaded.shape_only:
+            return None
+        return prompt_memory(spec, n_tokens, self.loaded.model.dtype.itemsize, self.attention_budget_bytes)
+
+    def _check_memory(self, n_tokens: int) -> None:
+        """Refuse a prompt whose estimated memory beyond the loaded weights exceeds the device's free
+        memory, before the session allocates anything for it."""
+        need = self.memory_estimate(n_tokens)
+        if need is None:
+            return
+        device = torch.device(self.loaded.device)
+        free = free_memory_bytes(device)
+        if need.run_bytes <= free:
+            return
+        fits = longest_prompt(self.run.spec, self.loaded.model.dtype.itemsize, self.attention_budget_bytes, free,
+                              n_tokens)
+        raise PromptError(
+            f"The prompt is {n_tokens:,} tokens; running it needs {need.summary()}. Beyond the loaded weights "
+            f"that is {need.run_bytes / 1e6:,.0f} MB, but {device} has {free / 1e6:,.0f} MB free. Shorten the "
+            f"prompt to at most {fits:,} tokens, or free memory (close other programs or sessions) and run it again."
+        )
 
     def _check_length(self, n_tokens: int) -> None:
         limit = self.loaded.model.config.max_position_embeddings
@@ -376,16 +467,18 @@ class InferenceSession:
         model = self.loaded.model
         recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self.attention.store.keeper(),
                                 on_layer=on_layer)
-        input_ids = torch.tensor([new_ids], device=self.loaded.device)
+        keep = 0 if self.lm_head_all else 1  # transformers: 0 keeps every position
+        inputs = self._batch.inputs(stage, self.loaded.device) if self._batch is not None else {
+            "input_ids": torch.tensor([new_ids] * self.batch, device=self.loaded.device)}
         lens_width = 0 if self.loaded.shape_only else lens_positions(len(new_ids), model.config.num_hidden_layers)
         with model_lock(model), torch.inference_mode(), capture_residuals(model, lens_width) as residuals, \
                 tracing(model, self._cache, recorder):
             start = time.perf_counter()
-            output = model(input_ids=input_ids, cache=self._cache, use_cache=True, logits_to_keep=1)
+            output = model(**inputs, cache=self._cache, use_cache=True, logits_to_keep=keep)
             recorder.finish()  # on CUDA the step's one synchronise, so wall_ms covers the GPU's work
             wall_ms = (time.perf_counter() - start) * 1e3
         kv, context_length = self._kv_snapshots(), self._cache.get_seq_length()
-        sampling, token_text, finish_reason = self._choose(output.logits[0, -1], extra)
+        sampling, token_text, finish_reason = self._choose(output.logits[:, -1], extra)
         trace = StepTrace(
             stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
             context_length=context_length,
@@ -418,18 +511,22 @@ class InferenceSession:
         sampling = None
         if self.loaded.shape_only:
             token_id = 0
+        elif self._batch is not None:
+            sampling = self._batch.choose(logits, self.settings, self.loaded.eos_token_ids)
+            token_id = self._batch.rows[0][-1]
         else:
             ids = torch.tensor([self.ids], dtype=torch.long)
-            sampling = sample_next_token(logits, ids, self.settings, self._generator)
+            sampling = sample_next_token(logits[0], ids, self.settings, self._generator)
             token_id = sampling.token_id
-        extra["sample"] = OpRecord("sample", "sample", None, [[1, vocab]], [[1]], "int64",
+        batch = self.batch
+        extra["sample"] = OpRecord("sample", "sample", None, [[batch, vocab]], [[batch]], "int64",
                                    (time.perf_counter() - start) * 1e3)
         start = time.perf_counter()
         self._generator_states.append(self._generator.get_state())
         self.ids.append(token_id)
         self.generated.append(token_id)
         token_text = self._detokenizer.push(token_id) if self._detokenizer else ""
-        extra["detokenize"] = OpRecord("detokenize", "detokenize", None, [[1]], [], "str",
+        extra["detokenize"] = OpRecord("detokenize", "detokenize", None, [[batch]], [], "str",
                                        (time.perf_counter() - start) * 1e3)
         return sampling, token_text, self._finish_reason(token_id)
 
@@ -457,7 +554,8 @@ class InferenceSession:
         return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True).rstrip("\ufffd")
 
     def _finish_reason(self, token_id: int) -> str:
-        if not self.loaded.shape_only and token_id in self.loaded.eos_token_ids:
+        ended = self._batch.ended if self._batch is not None else token_id in self.loaded.eos_token_ids
+        if not self.loaded.shape_only and ended:
             return "eos"
         if len(self.generated) >= self.settings.max_new_tokens:
             return "max_new_tokens"

@@ -50,8 +50,8 @@ class CudaEventClock:
         return float(len(self.marks) - 1)
 
     def resolve(self, events: Iterable) -> None:
-        """Synchronise `device` once, then set each event's `start` and `end` (indices) to seconds
-        since the first reading."""
+        """Synchronise `device` once, then set each event's `start` and `end` (indices), and those of
+        its `spans`, to seconds since the first reading."""
         if not self.marks:
             return
         torch.cuda.synchronize(self.device)
@@ -59,6 +59,7 @@ class CudaEventClock:
         seconds = [first.elapsed_time(mark) / 1e3 for mark in self.marks]
         for event in events:
             event.start, event.end = seconds[int(event.start)], seconds[int(event.end)]
+            event.spans = [(seconds[int(start)], seconds[int(end)]) for start, end in event.spans]
 
 
 def step_clock(model: torch.nn.Module, device: str) -> Clock:

@@ -41,7 +41,7 @@ from explorer.view_data import own_hardware
 
 # The handlers' inputs by component name (`explorer.ui.layout` wires them by these names), in order.
 PROMPT_INPUTS = ("model_choice", "custom_model", "prompt", "prompt_tokens", "use_chat_template", "system_prompt",
-                 "enable_thinking")
+                 "enable_thinking", "batch_lines", "lm_head_all")
 SAMPLING_FIELDS = ("do_sample", "temperature", "top_k", "top_p", "min_p", "seed", "max_new_tokens")  # settings_from
 VIEW_INPUTS = ("layer", "average", "hardware", "shown", "presenter", "zoom", "what_if")  # step_outputs' view controls
 # the roofline's what-if controls, in `scenario_from` order
@@ -64,11 +64,20 @@ def prompt_label(takes_text: bool) -> str:
 
 
 def _layer_progress(progress: gr.Progress):
-    """A prefill's `on_layer` callback that moves Gradio's progress bar on the status line."""
-    def on_layer(layer: int, n_layers: int) -> None:
-        progress((layer + 1) / n_layers, desc=f"Prefill: layer {layer + 1} of {n_layers}")
+    """A prefill's `on_start` and `on_layer` callbacks that show, on the status line's progress bar,
+    the prompt's estimated memory before the forward pass and then each layer done."""
+    about = ""
 
-    return on_layer
+    def on_start(n_tokens: int, estimate) -> None:
+        nonlocal about
+        if estimate is not None:
+            about = f" ({estimate.total_bytes / 1e6:,.0f} MB estimated)"
+            progress(0.0, desc=f"Prefill of {n_tokens:,} tokens: {estimate.summary()}")
+
+    def on_layer(layer: int, n_layers: int) -> None:
+        progress((layer + 1) / n_layers, desc=f"Prefill: layer {layer + 1} of {n_layers}{about}")
+
+    return on_start, on_layer
 
 
 def settings_from(do_sample: bool, temperature: float, top_k: float, top_p: float, min_p: float,
@@ -97,6 +106,7 @@ class ServedHandlers:
                          model: str | None = None, custom_model: str | None = None, prompt: str | None = None,
                          prompt_tokens: float | None = None, use_chat_template: bool = True,
                          system_prompt: str | None = None, enable_thinking: bool = False,
+                         batch_lines: bool = False, lm_head_all: bool = False,
                          do_sample: bool = False, temperature: float = 1.0, top_k: float = 0, top_p: float = 1.0,
                          min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64, layer: float = 0, average_heads: bool = False,
                          hardware: str = "", shown: str = "forward", presenter: bool = False,
@@ -108,6 +118,9 @@ class ServedHandlers:
             prompt: the text; prompt_tokens: a token count instead (shape-only models without a tokenizer).
             use_chat_template: wrap the prompt in the model's chat template, with `system_prompt`.
             enable_thinking: the chat template's thinking switch (Qwen3's `enable_thinking`).
+            batch_lines: a batch, one prompt per line of `prompt` (up to 8, left-padded; the run and the
+                views show sequence 0).
+            lm_head_all: the LM head over every position ([B, T, V] logits) instead of the last one.
             do_sample, temperature, top_k, top_p, min_p, seed, max_new_tokens: the sampling settings.
             layer, average_heads, hardware, presenter, zoom: the view controls (`step_outputs`).
 
@@ -118,14 +131,17 @@ class ServedHandlers:
         session = InferenceSession(loaded, settings, max_prompt_tokens=self.served.limits.max_prompt_tokens,
                                    limit_advice=self.served.limit_advice())
         self.served.live.check_room(_page(request), client_address(request))
-        on_layer = None if progress is None else _layer_progress(progress)
+        on_start, on_layer = (None, None) if progress is None else _layer_progress(progress)
         if loaded.tokenizer is None:
             # an empty box (0): "needs at least one token"
-            session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62), on_layer=on_layer)
+            session.prefill(prompt_tokens=_index(prompt_tokens, 0, 2**62), on_layer=on_layer,
+                            on_start=on_start, lm_head_all=bool(lm_head_all))
         else:
-            session.prefill(prompt, use_chat_template=use_chat_template,
+            prompts = prompt_lines(prompt) if batch_lines else None
+            session.prefill(None if prompts else prompt, use_chat_template=use_chat_template,
                             system_prompt=(system_prompt or "").strip() or None, on_layer=on_layer,
-                            enable_thinking=bool(enable_thinking))
+                            enable_thinking=bool(enable_thinking), lm_head_all=bool(lm_head_all), prompts=prompts,
+                            on_start=on_start)
         visit = Visit.start(session, self.served.limits)
         self.served.live.admit(_page(request), visit, client_address(request))  # refused if the page closed
         return step_outputs(visit, layer, average_heads, hardware, shown, presenter, zoom, what_if)
@@ -526,6 +542,11 @@ def on_what_if_change(visit: Visit | None, step: int | None, hardware: str, pres
     if not _open(visit):
         return scenario, gr.skip()
     return scenario, render(visit, _options(visit, step, 0, False, hardware, presenter, what_if=scenario), "roofline")
+
+
+def prompt_lines(prompt: str | None) -> list[str]:
+    """A batch's prompts: the prompt box's non-empty lines, one sequence each."""
+    return [line for line in (prompt or "").splitlines() if line.strip()]
 
 
 def scenario_from(batch: float | None, context: float | None, tokens: float | None, weights: str | None,

@@ -1,4 +1,11 @@
-"""The app's command line: load the model, build the app, serve it (`python app.py`, `llm-explorer app`, `space/app.py`)."""
+"""The app's command line: load the model, build the app, serve it (`python app.py`, `llm-explorer app`,
+`space/app.py`).
+
+Start-up overlaps its two slow halves on the machine's cores: once torch, transformers and the runner
+are imported, a thread loads (and warms up) the model while the main thread imports Gradio and the
+app's modules; the app is built once both are done. The runner is imported before the thread starts:
+transformers imports its parts lazily, and two threads importing them at once can fail.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import threading
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -59,28 +67,58 @@ def serve(args: argparse.Namespace) -> None:
     Exits with a one-line "error: ..." message when the installed package lacks a file the page
     reads (checked before any model work), the model cannot be loaded or the port is taken.
     """
+    if args.max_prompt_tokens is not None and args.max_prompt_tokens < 1:
+        sys.exit("error: --max-prompt-tokens must be at least 1")
     from explorer.errors import ExplorerError
-    from explorer.runner.devices import pick_device
-    from explorer.runner.loading import load
-    from explorer.ui.hosting import limits_for
-    from explorer.ui.layout import build_demo, launch_options
     from explorer.ui.static import check_assets
+
+    try:
+        check_assets()  # before any model work: a broken install is said as such
+    except ExplorerError as exc:
+        sys.exit(f"error: {exc}")
+    import explorer.runner.probe
+    import explorer.runner.sampling
+    import explorer.runner.session  # noqa: F401  (torch and transformers, before the loading thread)
+
+    loading = _Loading(args)
+    loading.start()
+
+    from explorer.ui.hosting import limits_for
+    from explorer.ui.layout import build_demo, launch_options  # Gradio's import, beside the model's load
 
     limits = limits_for(args.hosted)
     if args.max_prompt_tokens is not None:
-        if args.max_prompt_tokens < 1:
-            sys.exit("error: --max-prompt-tokens must be at least 1")
         limits = dataclasses.replace(limits, max_prompt_tokens=args.max_prompt_tokens)
-
-    try:
-        check_assets()
-        device = pick_device(args.device)
-        loaded = load(model=args.model, config=args.config, device=device, dtype=args.dtype,
-                      progress=lambda message: print(message, file=sys.stderr))
-    except ExplorerError as exc:
-        sys.exit(f"error: {exc}")
+    loading.join()
+    if isinstance(loading.error, ExplorerError):
+        sys.exit(f"error: {loading.error}")
+    if loading.error is not None:
+        raise loading.error
+    loaded, device = loading.loaded, loading.device
     try:
         demo = build_demo(loaded, device=device, limits=limits)
         demo.launch(server_name=args.host, server_port=args.port, **launch_options(limits))
     except OSError as exc:
         sys.exit(f"error: cannot serve on {args.host}:{args.port} ({exc}). Pick another port with --port.")
+
+
+class _Loading(threading.Thread):
+    """Picks the device and loads the model of `args` (`explorer.runner.loading.load`), its progress
+    on stderr; afterwards `loaded` and `device` are set, or `error` is what the load raised."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(name="explorer-model-load", daemon=True)
+        self.args = args
+        self.loaded = self.device = self.error = None
+
+    def run(self) -> None:
+        from explorer.runner.devices import pick_device
+        from explorer.runner.loading import load
+
+        args = self.args
+        try:
+            self.device = pick_device(args.device)
+            self.loaded = load(model=args.model, config=args.config, device=self.device, dtype=args.dtype,
+                               progress=lambda message: print(message, file=sys.stderr))
+        except BaseException as exc:  # handed to the main thread, which exits with it
+            self.error = exc

@@ -177,8 +177,13 @@ def _model_controls(app: ServedHandlers, loaded: LoadedModel) -> dict[str, gr.co
                            elem_id="enable-thinking", visible=text)
     system_prompt = gr.Textbox(label="System prompt (optional, chat template only)", elem_id="system-prompt",
                                visible=text, max_length=most_chars)
+    batch_lines = gr.Checkbox(False, label="A batch: one prompt per line (up to 8, left-padded; the views show "
+                              "the first)", elem_id="batch-lines")
+    lm_head_all = gr.Checkbox(False, label="LM head over every position ([B, T, V] logits; generate takes the "
+                              "last only)", elem_id="lm-head-all")
     return {"model_choice": model_select, "custom_model": custom_model, "prompt_tokens": prompt_tokens,
-            "use_chat_template": chat_template, "system_prompt": system_prompt, "enable_thinking": thinking}
+            "use_chat_template": chat_template, "system_prompt": system_prompt, "enable_thinking": thinking,
+            "batch_lines": batch_lines, "lm_head_all": lm_head_all}
 
 
 def _view_settings(loaded: LoadedModel) -> dict[str, gr.components.Component]:

@@ -15,9 +15,10 @@ CHIPS = ('<span class="key prompt">prompt token</span> <span class="key generate
 def legend_html(run: Run, step: int) -> str:
     """One line: B, T, n, d, h_q, h_kv, d_h, d_ff, V and L at `step` (T the tokens it fed, n the
     context after it), then the chips' key. Values are the config's, as transformers resolved it (the
-    spec), and the step's measured T and n; a family the cost model does not know shows T and n only."""
+    spec), and the step's measured B, T and n; a family the cost model does not know shows T and n only."""
     trace = run.steps[step]
-    values = {"B": 1, "T": len(trace.input_ids), "n": trace.context_length}
+    batch = trace.op("embed").input_shapes[0][0]  # measured: the embedding is fed [B, T]
+    values = {"B": batch, "T": len(trace.input_ids), "n": trace.context_length}
     spec = run.spec
     if spec is not None:
         values |= {"d": spec.hidden_size, "h_q": spec.n_heads, "h_kv": spec.n_kv_heads, "d_h": spec.head_dim,

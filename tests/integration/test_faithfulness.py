@@ -2,11 +2,12 @@
 model's and its greedy tokens are `generate`'s, so no optimisation of the tracer can silently change what is
 shown (embedded SmolLM2-135M-Instruct, float32 on the CPU).
 
-A traced step runs transformers' eager attention (instrumented, `explorer.runner.hooks`), so it equals the
-plain model with eager attention to 1e-5 (bit for bit, measured). The plain model's default attention (SDPA)
-rounds differently: up to 2.9e-5 on logits of about 25 over 45 steps, measured; plain transformers itself
-disagrees by 2.5e-5 between computing every position's logits and the last one's only. Against SDPA the
-bound is therefore 1e-4.
+A traced step runs eager attention's arithmetic (instrumented, `explorer.runner.hooks`), a GQA group's query
+heads in one GEMM where eager runs one GEMV per head at a decode step, so it rounds differently from the plain
+model with eager attention: up to 3.5e-5 on logits of about 25 (1.4e-6 relative), measured; the bound is
+5e-5. The plain model's default attention (SDPA) rounds differently too: up to 2.9e-5 over 45 steps,
+measured; plain transformers itself disagrees by 2.5e-5 between computing every position's logits and the
+last one's only. Against SDPA the bound is therefore 1e-4.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.real_model
 PROMPT = "List three uses of a paperclip."
 SETTINGS = dataclasses.replace(SamplingSettings(), max_new_tokens=16)  # default sampling: greedy, no filter
 SDPA_ATOL = 1e-4
+EAGER_ATOL = 5e-5
 
 
 def _generate(model, prompt_ids: torch.Tensor, eos_ids: list[int]):
@@ -49,12 +51,12 @@ def run(embedded_model):
     return session, prompt_ids, _generate(embedded_model.model, prompt_ids, eos_ids), _generate(eager, prompt_ids, eos_ids)
 
 
-def test_every_steps_logits_equal_the_plain_eager_models_to_1e_5(run):
+def test_every_steps_logits_equal_the_plain_eager_models_within_float32_rounding(run):
     session, prompt_ids, sdpa, eager = run
     assert len(eager.logits) == len(session.traces) == SETTINGS.max_new_tokens
     for trace, logits in zip(session.traces, eager.logits, strict=True):
         assert trace.logits.shape == (49152,) and trace.logits.dtype == np.float32
-        np.testing.assert_allclose(trace.logits, logits[0].numpy(), rtol=0, atol=1e-5, err_msg=f"step {trace.step_index}")
+        np.testing.assert_allclose(trace.logits, logits[0].numpy(), rtol=0, atol=EAGER_ATOL, err_msg=f"step {trace.step_index}")
 
 
 def test_every_steps_logits_equal_the_default_sdpa_models_within_float32_rounding(run, embedded_model):

@@ -19,7 +19,7 @@ from explorer.stops import stop_table
 from explorer.ui.hosting import LOCAL
 from explorer.ui.views import Visit, render
 
-FAMILIES = ["llama", "qwen3", "qwen2", "mistral", "phi3", "gemma3_text"]
+FAMILIES = ["llama", "qwen3", "qwen2", "mistral", "phi3", "gemma3_text", "gpt2"]
 PROMPT = "What is 2+2?"
 LAYER = 1
 

@@ -18,6 +18,7 @@ from tiny_models import FAMILY_EXTRAS, tiny_model
 from explorer.cli import main
 from explorer.cli.lens_cmd import lens_lines
 from explorer.config import SamplingSettings
+from explorer.families import traced_family
 from explorer.runner.lens import LENS_TOP, lens_positions, read_out
 from explorer.runner.session import InferenceSession
 from explorer.saved import load_run, save_run
@@ -62,7 +63,9 @@ def test_every_row_matches_the_plain_eager_models_hidden_states(family):
         output = model(input_ids=ids, output_hidden_states=True)
         hidden = torch.stack(output.hidden_states[:-1])[:, 0]  # [L, n, d]: the embedding, then layers 0..L-2
         # the last layer's row: the model's own logits at every position
-        logits = torch.cat([read_out(model, model.model.norm, model.lm_head, hidden), output.logits[0][None]])
+        paths = traced_family(model.config.model_type).top_modules  # GPT-2: transformer.ln_f
+        norm, head = model.get_submodule(paths["final_norm"]), model.get_submodule(paths["lm_head"])
+        logits = torch.cat([read_out(model, norm, head, hidden), output.logits[0][None]])
     next_ids = torch.tensor(session.ids[1:])
     prefill, decode = session.traces
     for trace, columns in ((prefill, slice(0, len(prefill.input_ids))), (decode, slice(-1, None))):

@@ -46,6 +46,67 @@ def test_a_shape_only_trace_prints_no_time_per_stop(capsys):
     assert not re.search(r"\d ms\b", out)
 
 
+def test_a_batch_of_eight_decoding_one_step_prints_the_textbook_shapes(capsys):
+    """Llama-3-8B, 8 requests of 1,000 tokens of context, one decode step: the shapes walk-throughs ask for."""
+    assert main(["trace", "--config", "llama-3-8b", "--batch", "8", "--prompt-tokens", "1000", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    decode = {line.split()[0]: re.split(r" {2,}", line)[-1] for line in out.splitlines()
+              if line.startswith(("layers.0.", "lm_head"))}
+    assert decode["layers.0.attn.q_proj"] == "[8, 1, 4096] -> [8, 1, 4096]"
+    assert decode["layers.0.attn.split_heads"].endswith("-> [8, 32, 1, 128] [8, 8, 1, 128] [8, 8, 1, 128]")
+    assert decode["layers.0.attn.kv_cache_write"].endswith("-> [8, 8, 1001, 128] [8, 8, 1001, 128]")
+    assert decode["layers.0.attn.scores"].endswith("-> [8, 32, 1, 1001]")
+    assert decode["layers.0.mlp.gate_proj"] == "[8, 1, 4096] -> [8, 1, 14336]"
+    assert decode["lm_head"] == "[8, 1, 4096] -> [8, 1, 128256]"
+    assert "prefill: 1000 tokens x 8 sequences" in out and "after step 1    [8, 8, 1001, 128]" in out
+
+
+def test_gpt2_prints_its_learned_positions_fused_qkv_and_tied_head(capsys):
+    """GPT-2 small's published config: d 768, 12 heads of 64 (h_kv = h_q), d_ff 3072, V 50257, no RoPE."""
+    assert main(["trace", "--config", "gpt2", "--prompt-tokens", "5", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    prefill = {line.split()[0]: re.split(r" {2,}", line)[2] for line in out.splitlines()
+               if line.startswith(("embed", "pos_embed", "layers.0.", "lm_head"))}
+    assert prefill["pos_embed"] == "[1, 5] -> [1, 5, 768]"
+    assert prefill["embed_add"] == "[1, 5, 768] [1, 5, 768] -> [1, 5, 768]"
+    assert prefill["layers.0.attn.qkv_proj"] == "[1, 5, 768] -> [1, 5, 2304]"
+    assert prefill["layers.0.attn.split_heads"] == "[1, 5, 2304] -> [1, 12, 5, 64] [1, 12, 5, 64] [1, 12, 5, 64]"
+    assert prefill["layers.0.mlp.up_proj"] == "[1, 5, 768] -> [1, 5, 3072]"
+    assert prefill["layers.0.mlp.act"] == "[1, 5, 3072] -> [1, 5, 3072]"
+    assert prefill["lm_head"] == "[1, 1, 768] -> [1, 1, 50257]"
+    assert "layers.0.attn.rope" not in out and "after step 1    [1, 12, 6, 64]" in out
+
+
+def test_the_lm_head_over_all_positions_prints_logits_for_every_token(capsys):
+    assert main(["trace", "--config", "smollm2-135m", "--prompt-tokens", "7", "--steps", "1", "--lm-head-all"]) == 0
+    lm_head = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("lm_head"))
+    assert re.split(r" {2,}", lm_head)[2:] == ["[1, 7, 576] -> [1, 7, 49152]", "[1, 1, 576] -> [1, 1, 49152]"]
+
+
+def test_a_batch_of_real_prompts_prints_every_sequence(capsys, monkeypatch):
+    from tiny_models import tiny_model
+
+    loaded = tiny_model("llama")
+    monkeypatch.setattr("explorer.runner.loading.load", lambda **kwargs: loaded)
+    prompts = ["Hi", "What is 2+2?", "A longer prompt here."]
+    assert main(["trace", "\n".join(prompts), "--batch", "3", "--steps", "2", "--no-chat-template"]) == 0
+    out = capsys.readouterr().out
+    longest = len(prompts[2])  # one id per character
+    assert f"prefill: {longest} tokens x 3 sequences" in out
+    assert f"after step 2    [3, 2, {longest + 2}, 10]" in out
+    texts = [line.split("-> ", 1)[1] for line in out.splitlines() if line.startswith(("  0: ", "  1: ", "  2: "))]
+    assert len(texts) == 3 and all(text.startswith("'") for text in texts)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--batch", "0", "--config", "qwen3-0.6b", "--prompt-tokens", "3"], "--batch must be 1 or more"),
+    (["hello", "--batch", "2"], "--batch 2 with real weights takes 2 prompts, one per line"),
+])
+def test_a_bad_batch_is_refused_with_a_message(args, message, capsys):
+    assert main(["trace", *args]) != 0
+    assert message in capsys.readouterr().err
+
+
 def ms(value: float) -> str:
     """A time as the table prints it: no decimal from 100 ms, two down to 0.01 ms, four below."""
     return f"{value:.0f}" if value >= 100 else f"{value:.2f}" if value >= 0.01 else f"{value:.4f}"

@@ -18,7 +18,7 @@ SAMPLING = ["do_sample", "temperature", "top_k", "top_p", "min_p", "seed", "max_
 VIEW = ["layer", "average_heads", "hardware", "presenter", "zoom"]
 ENDPOINTS = {
     "/prefill": ["model", "custom_model", "prompt", "prompt_tokens", "use_chat_template", "system_prompt",
-                 "enable_thinking", *SAMPLING, *VIEW],
+                 "enable_thinking", "batch_lines", "lm_head_all", *SAMPLING, *VIEW],
     "/decode": [*SAMPLING, *VIEW],
     "/run": ["count", *SAMPLING, *VIEW],
     "/reset": [],

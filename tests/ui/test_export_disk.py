@@ -69,7 +69,7 @@ def run(served, limits=None, steps=2, page="page"):
     """A live visit: prefill of `PROMPT` and `steps` decode steps."""
     app = handlers.ServedHandlers(served)
     visit, *_ = app.on_prefill_click(FakeRequest(page), None, served.registry.default_choice, "", PROMPT, 17, False,
-                                     "", False, *SAMPLED, *VIEW)
+                                     "", False, False, False, *SAMPLED, *VIEW)
     if limits is not None:
         visit.limits = limits
     for _ in range(steps):

@@ -128,7 +128,7 @@ def served():
 
 
 def prefill(served, prompt, template, system, sampling, shown):
-    return handlers.ServedHandlers(served).on_prefill_click(None, None, served.registry.default_choice, "", prompt, 17, template, system, False,
+    return handlers.ServedHandlers(served).on_prefill_click(None, None, served.registry.default_choice, "", prompt, 17, template, system, False, False, False,
                                      *sampling, 1, False, "h100-sxm", shown)
 
 

@@ -23,7 +23,7 @@ ATTENTION, JOURNEY = VIEWS.index("attention"), VIEWS.index("journey")
 def prefill(served, prompt="Hi there!", sampling=GREEDY, choice=None, prompt_tokens=17, custom="", page=None):
     request = type("Request", (), {"session_hash": page})() if page else None
     return handlers.ServedHandlers(served).on_prefill_click(
-        request, None, choice or served.registry.default_choice, custom, prompt, prompt_tokens, False, "", False, *sampling,
+        request, None, choice or served.registry.default_choice, custom, prompt, prompt_tokens, False, "", False, False, False, *sampling,
         *VIEW)
 
 
@@ -233,16 +233,20 @@ def test_zoom_draws_a_full_resolution_window_of_the_attention(model):
     assert next(t for t in last.data if t.type == "heatmap").z.shape == (48, 48)
 
 
-def test_a_prefill_moves_the_progress_bar_once_per_layer_and_a_decode_step_does_not(served):
+def test_a_prefill_shows_its_memory_estimate_then_moves_the_progress_bar_once_per_layer(served):
     calls = []
     visit, *_ = handlers.ServedHandlers(served).on_prefill_click(
         None, lambda fraction, desc: calls.append((fraction, desc)), served.registry.default_choice, "",
-        "Hi there!", 17, False, "", False, *GREEDY, *VIEW)
-    n_layers = len(visit.run.steps[0].attention)
-    assert n_layers == 3 and calls == [(1 / 3, "Prefill: layer 1 of 3"), (2 / 3, "Prefill: layer 2 of 3"),
-                                       (1.0, "Prefill: layer 3 of 3")]
+        "Hi there!", 17, False, "", False, False, False, *GREEDY, *VIEW)
+    n_layers, n_tokens = len(visit.run.steps[0].attention), len(visit.run.steps[0].input_ids)
+    estimate = visit.session.memory_estimate(n_tokens)
+    about = f" ({estimate.total_bytes / 1e6:,.0f} MB estimated)"
+    assert n_layers == 3 and calls == [(0.0, f"Prefill of {n_tokens} tokens: {estimate.summary()}"),
+                                       (1 / 3, f"Prefill: layer 1 of 3{about}"),
+                                       (2 / 3, f"Prefill: layer 2 of 3{about}"),
+                                       (1.0, f"Prefill: layer 3 of 3{about}")]
     handlers.on_decode_click(visit, *GREEDY, *VIEW)
-    assert len(calls) == n_layers
+    assert len(calls) == n_layers + 1
 
 
 def test_going_back_a_step_shows_the_strip_text_and_status_as_they_were_after_it(served):
@@ -355,3 +359,26 @@ def test_the_legend_gives_each_symbol_this_models_value_at_the_step_shown(served
     assert f"<b>L</b> = {config.num_hidden_layers} layers" in strip
     _, strip, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)[1:]
     assert ">T</b> = 1 " in strip and f">n</b> = {T + 1} " in strip
+
+
+def test_a_batch_of_prompts_one_per_line_runs_together_and_every_view_draws_sequence_0(served):
+    """The first prompt is the shortest: the views show its left padding (the attention view its padded
+    keys at probability 0), the KV view the cache of all three sequences."""
+    prompts = ["Hi", "What is 2+2?", "A longer third prompt"]
+    visit, status, strip, *_ = handlers.ServedHandlers(served).on_prefill_click(
+        None, None, served.registry.default_choice, "", "\n".join(prompts), 17, False, "", False, True, True, *GREEDY,
+        *VIEW)
+    assert ">B</b> = 3" in strip  # the legend under the token strip
+    rows = visit.session.batch_rows
+    assert [row[:len(p)] for row, p in zip(rows, prompts, strict=True)] == [
+        visit.session.loaded.tokenizer(p)["input_ids"] for p in prompts]
+    prefill_trace = visit.run.steps[0]
+    T = len(prompts[2])
+    assert prefill_trace.op("tokenize").output_shapes == [[3, T]]
+    assert prefill_trace.op("lm_head").output_shapes == [[3, T, 101]]  # the LM head over every position
+    assert prefill_trace.kv[0].key_shape[0] == 3
+    probs = visit.attention.probs(0, 1)
+    assert not probs[:, -1, :T - len(prompts[0])].any()
+    assert [meta(drawn(visit, view)) for view in VIEWS] == [{"view": v, "step": 0} for v in VIEWS]
+    visit, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    assert visit.run.steps[1].kv[0].key_shape[:3] == [3, 2, T + 1]

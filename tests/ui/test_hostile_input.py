@@ -37,7 +37,7 @@ def view(shown: str = "sampling") -> tuple:
 def prefill(served, prompt="Hi there!", controls=None, custom="", template=False, system="", shown="sampling",
             choice=None, prompt_tokens=17):
     return handlers.ServedHandlers(served).on_prefill_click(
-        None, None, choice or served.registry.default_choice, custom, prompt, prompt_tokens, template, system, False,
+        None, None, choice or served.registry.default_choice, custom, prompt, prompt_tokens, template, system, False, False, False,
         *(controls or sampling()), *view(shown))
 
 

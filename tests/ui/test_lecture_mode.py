@@ -36,7 +36,7 @@ def served():
 
 
 def run(served, steps=2, sampling=SAMPLED, page="page"):
-    visit, *_ = handlers.ServedHandlers(served).on_prefill_click(FakeRequest(page), None, served.registry.default_choice, "", "Hello there", 17, False, "", False,
+    visit, *_ = handlers.ServedHandlers(served).on_prefill_click(FakeRequest(page), None, served.registry.default_choice, "", "Hello there", 17, False, "", False, False, False,
                                           *sampling, *VIEW)
     for _ in range(steps):
         handlers.on_decode_click(visit, *sampling, *VIEW)

@@ -21,7 +21,8 @@ VIEW_INDEX = handlers.VIEWS.index("attention")
 
 def _visit(served, decode_steps: int = 2):
     visit, *_ = handlers.ServedHandlers(served).on_prefill_click(
-        None, None, served.registry.default_choice, "", "Sinks and lenses", 17, False, "", False, *GREEDY, *VIEW)
+        None, None, served.registry.default_choice, "", "Sinks and lenses", 17, False, "", False, False, False,
+        *GREEDY, *VIEW)
     for _ in range(decode_steps):
         visit, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)
     return visit

@@ -23,7 +23,7 @@ VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline", 
 
 def prefill(served, choice=None):
     return handlers.ServedHandlers(served).on_prefill_click(
-        None, None, choice or served.registry.default_choice, "", "Tell me a story", 9, False, "", False,
+        None, None, choice or served.registry.default_choice, "", "Tell me a story", 9, False, "", False, False, False,
         *SAMPLED, 0, False, "h100-sxm", "forward")[0]
 
 

@@ -261,7 +261,7 @@ def test_the_import_toast_names_the_field_and_forms_no_tag(served, run, tmp_path
 
 def live_session(served, page="page"):
     visit, *_ = handlers.ServedHandlers(served).on_prefill_click(
-        FakeRequest(page), None, served.registry.default_choice, "", "Live prompt", 17, False, "", False, *SAMPLED,
+        FakeRequest(page), None, served.registry.default_choice, "", "Live prompt", 17, False, "", False, False, False, *SAMPLED,
         0, False, "h100-sxm", "journey")
     return visit
 

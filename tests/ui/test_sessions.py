@@ -46,7 +46,7 @@ class Request:
 
 def prefill(served, page: str, prompt: str = "Hi there!", system: str = "", address: str = "10.0.0.1"):
     return handlers.ServedHandlers(served).on_prefill_click(
-        Request(page, address), None, served.registry.default_choice, "", prompt, 17, bool(system), system, False,
+        Request(page, address), None, served.registry.default_choice, "", prompt, 17, bool(system), system, False, False, False,
         *GREEDY, *VIEW)
 
 

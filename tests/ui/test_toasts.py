@@ -19,7 +19,7 @@ VIEW = (0, False, "h100-sxm", "sampling")  # layer, average heads, roofline hard
 
 def prefill(served, custom=""):
     return handlers.ServedHandlers(served).on_prefill_click(
-        None, None, served.registry.default_choice, custom, "Hi there", 17, False, "", False, *GREEDY, *VIEW)
+        None, None, served.registry.default_choice, custom, "Hi there", 17, False, "", False, False, False, *GREEDY, *VIEW)
 
 
 @pytest.mark.parametrize("text, shown", [

@@ -80,3 +80,13 @@ def test_a_fused_softmax_moves_no_bytes_and_shows_no_intensity(capsys):
     softmax = next(line for line in text.splitlines() if line.startswith("attn.softmax"))
     assert softmax.split()[3:5] == ["-", "on"] and "0.0" not in softmax.split()[3]
     assert "attention 69% of it, weight GEMMs 31%." in text  # of 14.96 ms: the published batch-64 lesson
+
+
+def test_info_estimates_the_memory_of_a_prompt(capsys):
+    text = run(capsys, "info", "--config", "smollm2-135m", "--prompt-tokens", "2048")
+    # by hand from the dimensions, float32: 134,515,008 parameters x 4 B; 2 x 3 x 64 x 2,049 positions x 4 B
+    # x 30 layers; 9 x 64 x 2,048 x 4 B x 30 layers; no 151 MB matrix fits beside the queries in 144 MiB
+    for label, value in [("weights", "538 MB"), ("KV cache", "94 MB"), ("kept queries", "142 MB"),
+                         ("kept attention matrices", "0 MB")]:
+        assert f"    {label:<30}{value}" in text
+    assert "memory for 2,048 tokens (fp32)" in text

@@ -126,11 +126,16 @@ def test_moe_experts_process_k_rows_per_token_and_read_the_experts_touched():
 
 
 def test_gpt2_has_no_rope_and_adds_positions_at_the_embedding():
+    """Two sequences of 5 tokens: B*T token rows gathered, T position rows (the position ids [1, T] are
+    shared by the batch), and B*T*d additions (bfloat16: 2 bytes a value)."""
     from analysis_configs import GPT2
 
-    ops = by_op(ModelSpec.from_hf_config(GPT2), Step.prefill(5))
+    ops = by_op(ModelSpec.from_hf_config(GPT2), Step.prefill(5, batch=2))
     assert "attn.rope" not in ops and "attn.qkv_proj" in ops
-    assert ops["embed"].flops == 5 * 768 and ops["embed"].weight_bytes == 2 * 5 * 768 * 2
+    assert ops["embed"].flops == 0 and ops["embed"].weight_bytes == 2 * 5 * 768 * 2
+    assert ops["pos_embed"].flops == 0 and ops["pos_embed"].weight_bytes == 5 * 768 * 2
+    assert ops["embed_add"].flops == 2 * 5 * 768 and ops["embed_add"].weight_bytes == 0
+    assert ops["embed_add"].act_in_bytes == (2 * 5 * 768 + 5 * 768) * 2
 
 
 def test_step_order_follows_the_stop_table():

@@ -39,3 +39,20 @@ def test_achieved_rates_divide_analytic_cost_by_measured_time():
     assert q_proj.achieved_flops_per_s == pytest.approx(flops / 0.5e-3)
     assert q_proj.achieved_bytes_per_s == pytest.approx(bytes_moved / 0.5e-3)
     assert q_proj.arithmetic_intensity == pytest.approx(flops / bytes_moved)
+
+
+def test_the_lm_head_over_every_position_is_costed_as_it_ran_and_kept_by_an_empty_what_if():
+    """A prefill of 7 tokens whose LM head ran on all 7 (`--lm-head-all`): 7x the last position's GEMM."""
+    from explorer.analysis.measured import Scenario, scenario_costs, trace_costs, trace_options
+
+    def prefill(rows: int) -> StepTrace:
+        ops = [OpRecord("embed", "gather", None, [[1, 7]], [[1, 7, 576]], "float32", 0.01),
+               OpRecord("lm_head", "gemm", None, [[1, rows, 576]], [[1, rows, 49152]], "float32", 0.3)]
+        return StepTrace(stage="prefill", step_index=0, input_ids=[5] * 7, input_pieces=["a"] * 7, context_length=7,
+                         ops=ops, kv=[], attention=[], logits=None, sampling=None)
+
+    every, last = trace_costs(SMOL, prefill(7)), trace_costs(SMOL, prefill(1))
+    assert trace_options(prefill(7)).lm_head_all_positions and not trace_options(prefill(1)).lm_head_all_positions
+    head = {cost.name: cost for cost in every.by_op}["lm_head"]
+    assert head.flops == 7 * {cost.name: cost for cost in last.by_op}["lm_head"].flops == 7 * 2 * 576 * 49152
+    assert scenario_costs(SMOL, every, Scenario()).total.flops == every.total.flops

@@ -75,7 +75,7 @@ def test_sliding_window_layers_return_window_minus_one_past_positions_plus_the_n
 
 
 def test_families_without_a_stop_table_are_refused():
-    from analysis_configs import GPT2
+    from analysis_configs import MIXTRAL_8X7B
 
     with pytest.raises(ConfigError, match="not traced"):
-        predict_shapes(ModelSpec.from_hf_config(GPT2), "prefill", 1, 3, 3)
+        predict_shapes(ModelSpec.from_hf_config(MIXTRAL_8X7B), "prefill", 1, 3, 3)

@@ -64,8 +64,20 @@ PHI3 = [
     ("layers.0.mlp.down_proj", "gemm"), ("layers.0.mlp_residual", "elementwise"),
     ("final_norm", "norm"), ("lm_head", "gemm"), ("sample", "sample"), ("detokenize", "detokenize"),
 ]
+GPT2 = [  # modeling_gpt2.py: wte + wpe, ln_1, c_attn, attention, c_proj, ln_2, c_fc, GELU, c_proj, ln_f, lm_head
+    ("tokenize", "tokenize"), ("embed", "gather"), ("pos_embed", "gather"), ("embed_add", "elementwise"),
+    ("layers.0.input_norm", "norm"),
+    ("layers.0.attn.qkv_proj", "gemm"), ("layers.0.attn.split_heads", "reshape"),
+    ("layers.0.attn.kv_cache_write", "cache_write"), ("layers.0.attn.gqa_expand", "broadcast"),
+    ("layers.0.attn.scores", "batched_gemm"), ("layers.0.attn.softmax", "softmax"),
+    ("layers.0.attn.weighted_sum", "batched_gemm"), ("layers.0.attn.merge_heads", "reshape"),
+    ("layers.0.attn.o_proj", "gemm"), ("layers.0.attn_residual", "elementwise"), ("layers.0.post_attn_norm", "norm"),
+    ("layers.0.mlp.up_proj", "gemm"), ("layers.0.mlp.act", "elementwise"),
+    ("layers.0.mlp.down_proj", "gemm"), ("layers.0.mlp_residual", "elementwise"),
+    ("final_norm", "norm"), ("lm_head", "gemm"), ("sample", "sample"), ("detokenize", "detokenize"),
+]
 PREFILL_OF_ONE_LAYER = {"llama": LLAMA_LIKE, "mistral": LLAMA_LIKE, "qwen2": LLAMA_LIKE, "qwen3": QWEN3,
-                        "gemma3_text": GEMMA3, "phi3": PHI3}
+                        "gemma3_text": GEMMA3, "phi3": PHI3, "gpt2": GPT2}
 
 
 @pytest.mark.parametrize("model_type", sorted(PREFILL_OF_ONE_LAYER))
@@ -84,7 +96,8 @@ def test_every_layer_repeats_the_pinned_layer(model_type):
     relative = [parse_stop_name(name)[1] for name, _ in PREFILL_OF_ONE_LAYER[model_type] if name.startswith("layers.")]
     table = stop_table(family, 3, "decode")
     assert [name for name, _, layer in table if layer == 2] == [stop_name(2, stop) for stop in relative]
-    assert len(table) == 5 + 3 * len(relative)
+    outside = 5 + (2 if family.positions == "learned" else 0)  # GPT-2: pos_embed, embed_add
+    assert len(table) == outside + 3 * len(relative)
 
 
 def test_the_traced_families_are_exactly_the_pinned_ones_and_none_is_moe():
@@ -94,9 +107,9 @@ def test_the_traced_families_are_exactly_the_pinned_ones_and_none_is_moe():
     assert {name for name, family in FAMILIES.items() if family.moe} == {"mixtral", "qwen3_moe"}
 
 
-@pytest.mark.parametrize("model_type", ["gpt2", "mixtral", "qwen3_moe", "falcon", ""])
+@pytest.mark.parametrize("model_type", ["mixtral", "qwen3_moe", "falcon", ""])
 def test_families_that_are_not_traced_are_refused_by_name(model_type):
-    with pytest.raises(ConfigError, match=f"'{model_type}' is not traced yet; supported: gemma3_text, llama"):
+    with pytest.raises(ConfigError, match=f"'{model_type}' is not traced yet; supported: gemma3_text, gpt2, llama"):
         traced_family(model_type)
 
 
@@ -104,8 +117,11 @@ def test_families_that_are_not_traced_are_refused_by_name(model_type):
 def test_module_paths_cover_exactly_the_stops_that_are_modules(model_type):
     family = traced_family(model_type)
     modules = {name for name, kind in layer_stops(family) if kind in ("gemm", "norm")}
+    if not family.gated_mlp:
+        modules.add("mlp.act")  # GPT-2's GELU is a module of its own
     assert set(family.layer_modules) == modules
-    assert set(family.top_modules) == {"embed", "final_norm", "lm_head"}
+    positions = {"pos_embed"} if family.positions == "learned" else set()
+    assert set(family.top_modules) == {"embed", "final_norm", "lm_head"} | positions
 
 
 @pytest.mark.parametrize("name, parsed", [

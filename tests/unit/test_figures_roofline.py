@@ -46,8 +46,9 @@ def make_trace(spec: ModelSpec, stage: str, dtype: str = "float32") -> StepTrace
     ops = []
     for name, kind, layer in stop_table(traced_family(spec.family), spec.n_layers, stage):
         wall_ms = None if kind in ("reshape", "broadcast") else 0.01 * (1 + (layer or 0))
-        inputs = [[1, tokens]] if name == "embed" else [[1, tokens, spec.hidden_size]]
-        ops.append(OpRecord(name, kind, layer, inputs, [[1, tokens, spec.hidden_size]], dtype, wall_ms))
+        rows = 1 if name == "lm_head" else tokens  # the runner's LM head takes the last position only
+        inputs = [[1, tokens]] if name == "embed" else [[1, rows, spec.hidden_size]]
+        ops.append(OpRecord(name, kind, layer, inputs, [[1, rows, spec.hidden_size]], dtype, wall_ms))
     return StepTrace(stage=stage, step_index=0 if stage == "prefill" else 3, input_ids=[1] * tokens,
                      input_pieces=["a"] * tokens, context_length=context, ops=ops, kv=[], attention=[],
                      logits=None, sampling=None, device="cpu")
