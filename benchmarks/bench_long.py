@@ -49,15 +49,15 @@ WINDOW = 5  # decode steps whose median stands for "step 1" / "step N"
 
 
 def session_bytes(session: InferenceSession) -> tuple[int, int, int, int]:
-    """(KV cache bytes, kept query bytes, bytes of every trace array (each counted once) and kept attention matrix, bytes of
-    the traces' Python objects around the arrays: op records, shapes, strings)."""
+    """(KV cache bytes, kept query bytes, bytes of every trace array (each counted once), kept attention
+    matrix and lens residual row, bytes of the traces' Python objects around the arrays: op records, shapes, strings)."""
     cache_bytes = sum(s.key_bytes + s.value_bytes for s in session.traces[-1].kv)
     arrays = {}
     for trace in session.traces:
         candidates = [trace.logits]
         candidates += [s.logits for s in trace.sampling.stages] if trace.sampling else []
         arrays.update({id(a): a for a in candidates if isinstance(a, np.ndarray)})
-    array_bytes = sum(a.nbytes for a in arrays.values()) + session.attention.store.kept_bytes
+    array_bytes = sum(a.nbytes for a in arrays.values()) + session.attention.store.kept_bytes + session.lens_bytes
     return (cache_bytes, session.query_bytes, array_bytes,
             object_bytes(session.traces, set()))
 

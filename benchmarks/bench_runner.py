@@ -3,6 +3,8 @@
 1. Hooked decode step (InferenceSession.decode_step: hooks, eager attention with probabilities,
    sampling, trace) against a plain `model(...)` decode step (default SDPA, no hooks) on a cache of
    the same length, fed the same tokens; median of --steps steps after warm-up. Target <= 1.2x.
+   Beside it, in the same loop, a second session that asks for each step's logit lens at once (what
+   every step cost while the lens was computed inside the step).
 2. Hooked prefill of a 512-token prompt. Target <= 4 s on the 2-core development machine.
 3. Memory a session holds after a 2,048-token prompt and 64 decode steps. Target <= 300 MB.
 
@@ -38,10 +40,12 @@ def bench_decode(loaded, steps: int) -> None:
     session = InferenceSession(loaded, SamplingSettings(max_new_tokens=steps + 20))
     model = loaded.model
     session.prefill("Tell me a long story about a lighthouse keeper.")
+    eager = InferenceSession(loaded, SamplingSettings(max_new_tokens=steps + 20))
+    eager.prefill("Tell me a long story about a lighthouse keeper.")
     plain_cache = DynamicCache(config=model.config)
     with torch.inference_mode():
         model(torch.tensor([session.ids[:-1]]), cache=plain_cache, use_cache=True, logits_to_keep=1)
-    hooked_ms, plain_ms = [], []
+    hooked_ms, plain_ms, eager_ms = [], [], []
     for i in range(steps + 5):
         token = torch.tensor([[session.ids[-1]]])
         start = time.perf_counter()
@@ -51,14 +55,19 @@ def bench_decode(loaded, steps: int) -> None:
         start = time.perf_counter()
         session.decode_step()
         hooked = (time.perf_counter() - start) * 1e3
+        start = time.perf_counter()
+        eager.run.lens(eager.decode_step().step_index)
+        with_lens = (time.perf_counter() - start) * 1e3
         if i >= 5:  # warm-up
             hooked_ms.append(hooked)
             plain_ms.append(plain)
-    h, p = statistics.median(hooked_ms), statistics.median(plain_ms)
+            eager_ms.append(with_lens)
+    h, p, e = statistics.median(hooked_ms), statistics.median(plain_ms), statistics.median(eager_ms)
     ratio = statistics.median(a / b for a, b in zip(hooked_ms, plain_ms, strict=True))
     print(f"decode step, median of {steps} at context {session.traces[5].context_length}.."
           f"{session.traces[-1].context_length}: hooked {h:.1f} ms, plain {p:.1f} ms, "
-          f"ratio {h / p:.2f}x, median of the steps' ratios {ratio:.2f}x (target <= 1.2x)")
+          f"ratio {h / p:.2f}x, median of the steps' ratios {ratio:.2f}x (target <= 1.2x); "
+          f"with its lens asked at once {e:.1f} ms, {e / p:.2f}x")
 
 
 def bench_prefill(loaded, n_tokens: int) -> None:
@@ -82,6 +91,7 @@ def bench_session_memory(loaded, n_prompt: int, n_steps: int) -> None:
         session.decode_step()
     cache_bytes = sum(s.key_bytes + s.value_bytes for s in session.traces[-1].kv)
     trace_bytes = sum(_array_bytes(t) for t in session.traces) + session.attention.store.kept_bytes
+    trace_bytes += session.lens_bytes  # the residual rows held for the lenses not yet asked for
     total_mb = (cache_bytes + trace_bytes) / 1e6
     print(f"session after {n_prompt}-token prompt + {n_steps} steps: KV cache {cache_bytes / 1e6:.0f} MB, "
           f"traces and kept attention {trace_bytes / 1e6:.0f} MB, total {total_mb:.0f} MB (target <= 300 MB)")

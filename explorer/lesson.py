@@ -223,10 +223,9 @@ def _batch(i: LessonInputs) -> str:
 
 
 def _lens(i: LessonInputs) -> str:
-    step = i.run.steps[i.step]
-    if step.lens is None:
+    step, lens = i.run.steps[i.step], i.run.lens(i.step)
+    if lens is None:
         return "This run has no logit lens (shape-only mode, or a run saved before it): no values to read."
-    lens = step.lens
     chosen, rows = lens.next_ids[-1], lens.top_ids.shape[0]
     hits = np.flatnonzero(lens.top_ids[:, -1, 0] == chosen)
     first = int(hits[0]) if hits.size else None

@@ -9,7 +9,9 @@ either, with no model.
 
 The attention probabilities are the one large quantity a run does not hold itself: an
 `AttentionSource` gives them, the live session (kept matrices within one memory budget, the others
-recomputed from kept queries) or a loaded file (every matrix it was saved with).
+recomputed from kept queries) or a loaded file (every matrix it was saved with). Each step's logit lens
+comes from the run's `LensSource` (`Run.lens`): the live session computes a step's on first request
+(not during the step, which keeps only what it needs), a loaded file gives what it holds.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from explorer.analysis.equivalence import EquivalenceResult
 from explorer.analysis.measured import StepCosts, trace_costs
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import ConfigError, SessionStateError
-from explorer.trace import StepTrace
+from explorer.trace import LensRecord, StepTrace
 
 UNKNOWN_PIECE = "?"  # the piece of a token id the run does not name
 
@@ -50,6 +52,37 @@ class AttentionSource(Protocol):
     def kept(self, step: int, layer: int) -> bool:
         """Whether `probs(step, layer)` gives values without computing them."""
         ...
+
+
+class LensSource(Protocol):
+    """Where a run's logit lens comes from (`Run.lens`)."""
+
+    def lens(self, step: int) -> LensRecord | None:
+        """Step `step`'s logit lens; None where there is none (shape-only mode, a run saved before the lens).
+
+        Raises:
+            IndexError: no such step.
+        """
+        ...
+
+    def truncate(self, steps: int) -> None:
+        """Forget every step from `steps` on (the run continues from an earlier step)."""
+        ...
+
+
+class SavedLens:
+    """The logit lens a saved run (or a run built by hand) holds: step -> record."""
+
+    def __init__(self, records: dict[int, LensRecord]) -> None:
+        self._records = records
+
+    def lens(self, step: int) -> LensRecord | None:
+        """The saved record, or None where the file holds none."""
+        return self._records.get(step)
+
+    def truncate(self, steps: int) -> None:
+        """Forget the records of every step from `steps` on."""
+        self._records = {step: record for step, record in self._records.items() if step < steps}
 
 
 @dataclass(frozen=True)
@@ -89,6 +122,7 @@ class Run:
         self._steps: list[StepTrace] = []
         self._pieces: dict[int, str] = {}
         self._costs: dict[int, StepCosts] = {}
+        self.lens_source: LensSource | None = None  # the live session's, or the file's; None: no lens
         try:
             self.spec: ModelSpec | None = ModelSpec.from_hf_config(config)
         except ConfigError:
@@ -112,6 +146,10 @@ class Run:
         self._pieces.update(pieces)
         self._texts.append(text)
 
+    def add_pieces(self, pieces: Mapping[int, str]) -> None:
+        """Name more token ids (the top tokens of a logit lens computed after its step)."""
+        self._pieces.update(pieces)
+
     def truncate(self, count: int) -> None:
         """Keep the first `count` steps only (a session continuing from an earlier step); the pieces
         the later steps named stay known.
@@ -123,6 +161,8 @@ class Run:
             raise ValueError(f"cannot keep {count} of {len(self._steps)} steps")
         del self._steps[count:], self._texts[count:]
         self._costs = {index: costs for index, costs in self._costs.items() if index < count}
+        if self.lens_source is not None:
+            self.lens_source.truncate(count)
 
     @property
     def text(self) -> str:
@@ -184,6 +224,17 @@ class Run:
             self._costs[index] = trace_costs(self.spec, self._steps[index])
         return self._costs[index]
 
+    def lens(self, index: int) -> LensRecord | None:
+        """Step `index`'s logit lens from the run's `lens_source` (a live session computes it on first
+        request, under the model's lock; a saved run gives what its file holds); None where there is none.
+
+        Raises:
+            IndexError: no such step.
+        """
+        if not 0 <= index < len(self._steps):
+            raise IndexError(f"step {index} of {len(self._steps)}")
+        return None if self.lens_source is None else self.lens_source.lens(index)
+
 
 class SavedAttention:
     """The attention matrices a saved run holds.
@@ -215,11 +266,12 @@ class SavedAttention:
         return probs
 
 
-def step_to_dict(step: StepTrace, attention: AttentionSource | None) -> dict:
-    """`step.to_dict()` with each attention record's "probs": the matrix from `attention` ([h_q, q_len,
-    kv_len] float32, a numpy array for `explorer.trace.dumps`), or None (null) where there is no source
-    or it has none (shape-only mode, a saved run without it)."""
-    data = step.to_dict()
+def step_to_dict(step: StepTrace, attention: AttentionSource | None, lens: LensRecord | None = None) -> dict:
+    """`step.to_dict()` with its "lens" (`lens.to_dict()`, or None: null) and each attention record's
+    "probs": the matrix from `attention` ([h_q, q_len, kv_len] float32, a numpy array for
+    `explorer.trace.dumps`), or None (null) where there is no source or it has none (shape-only mode, a
+    saved run without it)."""
+    data = {**step.to_dict(), "lens": None if lens is None else lens.to_dict()}
     for record in data["attention"]:
         index, layer = step.step_index, record["layer"]
         has = attention is not None and attention.has(index, layer)

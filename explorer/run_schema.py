@@ -45,7 +45,7 @@ FINISH_REASONS = frozenset({"", "eos", "max_new_tokens", "context_full"})
 DEVICE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:\d{1,3})?")  # what `str(torch.device)` gives for these
 TOKEN_KEY = re.compile(r"\d{1,10}")
 RUN_KEYS = ("model", "description", "config", "ids", "text", "pieces", "traces")
-TRACE_KEYS = tuple(f.name for f in fields(StepTrace) if f.name != "lens")  # a run saved before the lens has none
+TRACE_KEYS = tuple(f.name for f in fields(StepTrace))  # and "lens" where there is one (not in runs saved before it)
 LENS_KEYS = tuple(f.name for f in fields(LensRecord))
 EQUIVALENCE_KEYS = tuple(f.name for f in fields(EquivalenceResult))
 COMPARISON_KEYS = tuple(f.name for f in fields(Comparison))

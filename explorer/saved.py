@@ -1,7 +1,8 @@
 """A whole run saved as JSON, and read back to show every view with no model (a talk prepared in advance).
 
 The file holds the `Run` (the model's name, description and config, every step's trace
-(`StepTrace.to_dict`, each with its logit lens), the ids fed so far, the generated text, the text piece
+(`StepTrace.to_dict`, each with its logit lens: a live run computes the lens of the steps never
+viewed as it exports), the ids fed so far, the generated text, the text piece
 of every token id the views name, and the "equivalent is not identical" experiment where it ran) and, inside each step's attention records, every attention matrix: the live session
 gives the ones it gave up to stay within its memory budget again (recomputed), so a saved run keeps
 every matrix and draws every view as the live run did. An export that leaves attention out (a
@@ -16,17 +17,19 @@ from pathlib import Path
 
 from explorer.analysis.equivalence import EquivalenceResult
 from explorer.errors import ConfigError, ExportError
-from explorer.run import AttentionSource, PromptInputs, Run, SavedAttention, step_to_dict
+from explorer.run import AttentionSource, PromptInputs, Run, SavedAttention, SavedLens, step_to_dict
 from explorer.run_schema import check_run, read_run
-from explorer.trace import StepTrace, dumps, float32_array
+from explorer.trace import LensRecord, StepTrace, dumps, float32_array
 
 FORMAT = "llm-inference-explorer/run-v1"
 
 
 def run_to_dict(run: Run, attention: AttentionSource | None) -> dict:
     """A run as a JSON-ready dict in `FORMAT`, with every attention matrix `attention` gives (None:
-    every matrix saved as null)."""
-    return {**run_head(run), "traces": [step_to_dict(step, attention) for step in run.steps]}
+    every matrix saved as null) and every step's logit lens."""
+    lenses = [run.lens(index) for index in range(len(run.steps))]  # first: the lens names its top tokens
+    return {**run_head(run), "traces": [step_to_dict(step, attention, lens)
+                                        for step, lens in zip(run.steps, lenses, strict=True)]}
 
 
 def run_head(run: Run) -> dict:
@@ -52,14 +55,15 @@ def save_run(run: Run, attention: AttentionSource, path: Path, attention_left_ou
             is removed.
     """
     partial = path.with_name(f".{path.name}.partial")
+    lenses = [run.lens(index) for index in range(len(run.steps))]  # before the head: they name their top tokens
     head = run_head(run) if attention_left_out is None else {**run_head(run), "attention_left_out": attention_left_out}
     source = attention if attention_left_out is None else None
     try:
         with partial.open("wb") as file:
             file.write(dumps(head)[:-1] + b',"traces":[')
-            for index, step in enumerate(run.steps):
+            for index, (step, lens) in enumerate(zip(run.steps, lenses, strict=True)):
                 file.write(b"," if index else b"")
-                file.write(dumps(step_to_dict(step, source)))
+                file.write(dumps(step_to_dict(step, source, lens)))
             file.write(b"]}")
         os.replace(partial, path)
     except OSError as exc:
@@ -89,7 +93,7 @@ def run_from_dict(data: dict) -> tuple[Run, SavedAttention]:
     if "equivalence" in data:  # the experiment, where the page ran it
         run.equivalence = EquivalenceResult.from_dict(data["equivalence"])
     pieces = {int(i): piece for i, piece in data["pieces"].items()}
-    matrices, emitted, last = {}, "", len(data["traces"]) - 1
+    matrices, lenses, emitted, last = {}, {}, "", len(data["traces"]) - 1
     for index, trace in enumerate(data["traces"]):
         step = StepTrace.from_dict(trace)
         emitted += step.token_text
@@ -98,6 +102,9 @@ def run_from_dict(data: dict) -> tuple[Run, SavedAttention]:
         for record in trace["attention"]:
             if record["probs"] is not None:
                 matrices[(index, record["layer"])] = float32_array(record["probs"])
+        if trace.get("lens") is not None:  # runs saved before the lens have none
+            lenses[index] = LensRecord.from_dict(trace["lens"])
+    run.lens_source = SavedLens(lenses)
     missing = data.get("attention_left_out") or "the session had given it up to stay within its memory budget"
     return run, SavedAttention(matrices, missing)
 

@@ -183,7 +183,8 @@ class StepTrace:
         wall_ms: wall time of the whole forward pass in milliseconds.
         device: where it ran, e.g. "cpu", "cuda:0", "meta".
         shape_only: True when run on the meta device (no values: logits, attention and sampling empty).
-        lens: the step's logit lens; None in shape-only mode (and in runs saved before it existed).
+
+    The step's logit lens is not here: it is computed on request (`explorer.run.Run.lens`).
     """
 
     stage: str
@@ -202,7 +203,6 @@ class StepTrace:
     wall_ms: float = 0.0
     device: str = "cpu"
     shape_only: bool = False
-    lens: LensRecord | None = None
 
     def op(self, name: str) -> OpRecord:
         """The stop called `name`. Raises KeyError if the step has no such stop."""
@@ -220,7 +220,6 @@ class StepTrace:
         for name in ("ops", "kv", "attention"):  # records of ints, strings and lists of ints: no array in them
             data[name] = [_record_dict(record) for record in data[name]]
         data["sampling"] = None if self.sampling is None else asdict(self.sampling)
-        data["lens"] = None if self.lens is None else self.lens.to_dict()
         return data
 
     @classmethod
@@ -235,8 +234,6 @@ class StepTrace:
             s = data["sampling"]
             stages = [SamplingStage(st["name"], float32_array(st["logits"])) for st in s["stages"]]
             data["sampling"] = SamplingRecord(s["settings"], stages, s["token_id"], s["token_prob"])
-        if data.get("lens") is not None:
-            data["lens"] = LensRecord.from_dict(data["lens"])
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

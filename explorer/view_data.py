@@ -5,8 +5,8 @@ Only what the view asked for is fetched: the shown layer's attention at each ste
 session did not keep within its memory budget is recomputed from its kept queries and KV cache),
 the steps' costs (computed once per step), the roofline's machine (the device the model runs on
 is probed on its first use, here, not while drawing: "this-machine", or the measured roofs drawn
-beside its datasheet entry), and a sampling preview (sampling re-run on stored logits; the model is
-not run).
+beside its datasheet entry), a sampling preview (sampling re-run on stored logits; the model is
+not run), and the logit lens of the steps shown (a live session computes a step's on its first request).
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def view_data(run: Run, attention: AttentionSource, options: ViewOptions, view: 
                         sweeps=sweeps(run.spec, executed[-1], scenario, run.config.get("max_position_embeddings") or 4096),
                         hardware=roofline_machine(run, options.hardware, saved),
                         measured=measured, measured_roofs=measured_roofs)
+    if view == "lens" and not shown.shape_only:
+        return ViewData(run, lens=tuple(run.lens(step) for step in range(shown.step_index + 1)))
     if view == "sampling" and preview is not None and shown.logits is not None and shown.sampling is not None \
             and not same_sampling(preview.to_dict(), shown.sampling.settings):
         # only settings that choose otherwise are a preview; the step's own are its record, not a re-draw

@@ -17,7 +17,7 @@ import numpy as np
 from explorer.analysis.shapes import cache_length, predict_shapes
 from explorer.analysis.spec import ModelSpec
 from explorer.families import traced_family
-from explorer.run import Run, SavedAttention
+from explorer.run import Run, SavedAttention, SavedLens
 from explorer.stops import stop_table
 from explorer.trace import (
     AttentionRecord,
@@ -101,15 +101,16 @@ def hand_run(spec: ModelSpec = TINY, decode_steps: int = 3, seed: int = 0) -> tu
     """A `Run` built by hand, no model: `run_traces`' steps, each choosing its token with
     `sampling_record`, every token id named, with the attention of every step."""
     run = Run("hand-built", f"a hand-built {spec.family} run", hf_config(spec))
-    matrices = {}
+    matrices, lenses = {}, {}
     for trace in run_traces(spec, decode_steps=decode_steps, seed=seed):
         trace = replace(trace, sampling=sampling_record(trace.logits, top_k=5, seed=seed + trace.step_index))
-        trace = replace(trace, lens=lens_record(spec, trace, seed))
+        lenses[trace.step_index] = lens_record(spec, trace, seed)
         matrices |= {(trace.step_index, layer): probs for layer, probs in step_attention(spec, trace, seed).items()}
         pieces = dict(zip(trace.input_ids, trace.input_pieces, strict=True)) if trace.step_index == 0 else {}
         named = run.pieces  # a copy: taken once
         pieces |= {i: f"tok{i}" for i in range(spec.vocab_size) if i not in pieces and i not in named}
         run.append(trace, pieces, "".join(GENERATED_PIECES[: trace.step_index + 1]))
+    run.lens_source = SavedLens(lenses)
     return run, SavedAttention(matrices, "not built")
 
 

@@ -9,7 +9,7 @@ from explorer.config import SamplingSettings
 from explorer.errors import ExplorerError, PromptError
 from explorer.figures.lens import LensColumns, first_top1_row, row_label
 from explorer.journey import step_label
-from explorer.trace import StepTrace
+from explorer.trace import LensRecord, StepTrace
 
 
 def register(subparsers) -> None:
@@ -51,14 +51,13 @@ def run(args: argparse.Namespace) -> int:
     while trace.step_index < args.step and not session.finished:
         trace = session.decode_step()
     print(f"model: {loaded.description}")
-    print("\n".join(lens_lines(trace, session.pieces)))
+    print("\n".join(lens_lines(trace, session.run.lens(trace.step_index), session.pieces)))
     return 0
 
 
-def lens_lines(trace: StepTrace, pieces) -> list[str]:
-    """The lines printed for `trace`: one per row (the embedding, then each layer) at the last position,
-    then the first layer whose top-1 is the token the step chose. `pieces(ids)` names token ids."""
-    lens = trace.lens
+def lens_lines(trace: StepTrace, lens: LensRecord | None, pieces) -> list[str]:
+    """The lines printed for `trace` and its `lens`: one per row (the embedding, then each layer) at the
+    last position, then the first layer whose top-1 is the token the step chose. `pieces(ids)` names token ids."""
     if lens is None:
         return ["no logit lens: shape-only mode computes no values"]
     columns = LensColumns.join([lens])

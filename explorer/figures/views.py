@@ -27,7 +27,7 @@ from explorer.figures.roofline import roofline_figure
 from explorer.figures.sampling import same_sampling, sampling_figure
 from explorer.figures.theme import empty_figure, presenter_style
 from explorer.run import Run
-from explorer.trace import SamplingRecord
+from explorer.trace import LensRecord, SamplingRecord
 
 VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline", "lens")
 # The attention window drawn at full resolution: 48^2 cells x 32 heads (Qwen3-8B) stay under ~400 KB.
@@ -87,6 +87,8 @@ class ViewData:
             the cost model does not know the family.
         sinks: attention view: the first token's importance for every layer and head at the shown
             step ([L, h]); None where not every layer's attention is at hand.
+        lens: lens view: the logit lens of each step up to the shown one (`Run.lens`; None for a step
+            without one).
     """
 
     run: Run
@@ -99,6 +101,7 @@ class ViewData:
     measured_roofs: Hardware | None = None
     preview: SamplingRecord | None = None
     stop_costs: tuple[dict[str, OpCost], ...] = ()
+    lens: tuple[LensRecord | None, ...] = ()
     sinks: np.ndarray | None = None
 
 
@@ -200,12 +203,12 @@ def fig_roofline(data: ViewData, options: ViewOptions) -> go.Figure:
 
 def fig_lens(data: ViewData, options: ViewOptions) -> go.Figure:
     """Every layer's prediction at each position up to the shown step (the prefill's positions, then one
-    per decode step), from the steps' stored lens."""
+    per decode step), from `data.lens`."""
     trace = data.run.step(options.step)
     if trace.shape_only:
         return empty_figure("lens", NO_VALUES.format("logits"))
-    records = [step.lens for step in data.run.steps[: trace.step_index + 1]]
-    if any(record is None for record in records):
+    records = data.lens
+    if len(records) != trace.step_index + 1 or any(record is None for record in records):
         return empty_figure("lens", "This run was saved without its logit lens.")
     columns = LensColumns.join(records)
     return lens_figure(columns, data.run.pieces_until(trace.step_index), data.run.piece, options.lens_stat,

@@ -28,13 +28,13 @@ from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
 from explorer.runner.devices import free_memory_bytes
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
-from explorer.runner.lens import capture_residuals, lens_positions, lens_record
+from explorer.runner.lens import DEFAULT_LENS_BUDGET_BYTES, LiveLens, capture_residuals, lens_positions
 from explorer.runner.loading import LoadedModel
 from explorer.runner.prompts import check_prompt_chars, check_unicode
 from explorer.runner.sampling import sample_next_token
 from explorer.runner.timing import step_clock
 from explorer.stops import stop_table
-from explorer.trace import AttentionRecord, KVSnapshot, OpRecord, SamplingRecord, StepTrace
+from explorer.trace import AttentionRecord, KVSnapshot, LensRecord, OpRecord, SamplingRecord, StepTrace
 
 # The most sequences one run takes together (`prefill(batch=...)`).
 MAX_BATCH = 256
@@ -54,7 +54,8 @@ def model_lock(model: torch.nn.Module) -> threading.Lock:
 
 class InferenceSession:
     """Prefill, then decode steps, each appended to the session's `run` and returned as a `StepTrace`;
-    `attention` gives any step's attention probabilities.
+    `attention` gives any step's attention probabilities, `run.lens(step)` its logit lens (`lens`,
+    computed on first request).
 
     Args:
         loaded: the model, its tokenizer (None in shape-only mode) and its EOS ids.
@@ -66,6 +67,8 @@ class InferenceSession:
             model for minutes), and a prompt or system prompt of more than `max_prompt_chars` characters
             before tokenizing it; None allows up to the model's context window.
         limit_advice: what the refusal of a prompt past `max_prompt_tokens` tells the person to do.
+        lens_budget_bytes: residual rows held for the logit lenses not yet asked for; past it the oldest
+            steps' lenses are computed and their rows freed (`explorer.runner.lens.LiveLens`).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class InferenceSession:
         attention_budget_bytes: int = DEFAULT_ATTENTION_BUDGET_BYTES,
         max_prompt_tokens: int | None = None,
         limit_advice: str = "Shorten the prompt.",
+        lens_budget_bytes: int = DEFAULT_LENS_BUDGET_BYTES,
     ) -> None:
         self.loaded = loaded
         self.max_prompt_tokens = max_prompt_tokens
@@ -82,6 +86,8 @@ class InferenceSession:
         self.settings = settings or SamplingSettings()
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
+        self.lens_budget_bytes = lens_budget_bytes
+        self.lens: LiveLens | None = None  # the run's lens source, one per run (`_new_run`)
         self.run = self._new_run()
         self.attention = LiveAttention(attention_budget_bytes, self._recompute_attention, not loaded.shape_only)
         self.ids: list[int] = []
@@ -117,16 +123,30 @@ class InferenceSession:
         attention it does not keep: h_q x T x d_h values a layer for the prefill, h_q x d_h a decode step."""
         return self.attention.store.query_bytes
 
+    @property
+    def lens_bytes(self) -> int:
+        """Bytes of the residual rows held for the logit lenses not yet asked for ((L+1) x P x d values a
+        step in the model's dtype; `explorer.runner.lens.LiveLens`)."""
+        return self.lens.residual_bytes
+
     def close(self) -> None:
-        """Free the KV cache, the run, its attention and the ids (the page that held this session closed)."""
+        """Free the KV cache, the run, its attention, its lens residuals and the ids (the page that held
+        this session closed)."""
         with self._step_lock:  # a step in flight finishes first
             self._cache, self.ids, self.generated = None, [], []
             self.run = self._new_run()
             self.attention.reset()
 
     def _new_run(self) -> Run:
+        """A new run with its own lens source; the previous run's residuals are freed."""
         loaded = self.loaded
-        return Run(loaded.name, loaded.description, loaded.model.config.to_dict())
+        if self.lens is not None:
+            self.lens.reset()
+        self.lens = LiveLens(loaded.model, lambda: model_lock(loaded.model), self._name_lens_pieces,
+                             self.lens_budget_bytes)
+        run = Run(loaded.name, loaded.description, loaded.model.config.to_dict())
+        run.lens_source = self.lens
+        return run
 
     def set_settings(self, settings: SamplingSettings) -> None:
         """Use new sampling settings from the next step on (the generator is not reseeded)."""
@@ -459,11 +479,6 @@ class InferenceSession:
             wall_ms = (time.perf_counter() - start) * 1e3
         kv, context_length = self._kv_snapshots(), self._cache.get_seq_length()
         sampling, token_text, finish_reason = self._choose(output.logits[:, -1], extra)
-        lens = None
-        if lens_width:
-            with torch.inference_mode():  # after the draw: each column's next token is known
-                lens = lens_record(model, residuals, output.logits[0, -1], self.ids[-lens_width:],
-                                   context_length - lens_width)
         trace = StepTrace(
             stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
             context_length=context_length,
@@ -471,9 +486,12 @@ class InferenceSession:
             kv=kv, attention=[AttentionRecord(i, shape) for i, shape in sorted(recorder.attention_shapes.items())],
             logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
             sampling=sampling, token_text=token_text, finished=bool(finish_reason), finish_reason=finish_reason,
-            wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only, lens=lens,
+            wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only,
         )
         self.attention.store.add(recorder.attention, recorder.attention_inputs)
+        # after the draw, each column's next token is known; the lens itself waits until asked for
+        self.lens.add(residuals, trace.logits, self.ids[-lens_width:] if lens_width else [],
+                      context_length - lens_width)
         self.run.append(trace, self._named_pieces(trace), self._text())
         return trace
 
@@ -514,16 +532,19 @@ class InferenceSession:
 
     def _named_pieces(self, trace: StepTrace) -> dict[int, str]:
         """The pieces of the ids a step names that the run does not yet: the ids it fed, the token it
-        chose, its `PIECES_PER_STEP` top tokens and the top tokens of its logit lens."""
+        chose and its `PIECES_PER_STEP` top tokens (its lens names its own once computed)."""
         named = set(trace.input_ids)
         if trace.logits is not None:
             named.add(trace.sampling.token_id)
             top = min(PIECES_PER_STEP, trace.logits.size)
             named.update(int(i) for i in np.argpartition(trace.logits, -top)[-top:])
-        if trace.lens is not None:
-            named.update(np.unique(trace.lens.top_ids).tolist())
         new = sorted(named.difference(self.run.pieces))
         return dict(zip(new, self.pieces(new), strict=True))
+
+    def _name_lens_pieces(self, record: LensRecord) -> None:
+        """Name the top tokens of a logit lens just computed (`LiveLens`'s `on_record`)."""
+        new = sorted(set(np.unique(record.top_ids).tolist()).difference(self.run.pieces))
+        self.run.add_pieces(dict(zip(new, self.pieces(new), strict=True)))
 
     def _text(self) -> str:
         """The generated text, special tokens left out ("" in shape-only mode); a character still

@@ -21,6 +21,7 @@ from explorer.config import SamplingSettings
 from explorer.families import traced_family
 from explorer.runner.lens import LENS_TOP, lens_positions, read_out
 from explorer.runner.session import InferenceSession
+from explorer.saved import load_run, save_run
 
 PROMPT = "a lens, layer by layer"
 
@@ -44,7 +45,7 @@ def _session(family: str) -> InferenceSession:
 def test_the_last_layers_last_cell_is_the_steps_own_logits_bit_for_bit(family):
     session = _session(family)
     for trace in session.traces:
-        lens = trace.lens
+        lens = session.run.lens(trace.step_index)
         ids, probs, next_prob, _ = _oracle(torch.from_numpy(trace.logits)[None], torch.tensor([trace.sampling.token_id]))
         assert lens.next_ids[-1] == trace.sampling.token_id
         assert torch.equal(torch.from_numpy(lens.top_probs[-1, -1]), probs[0])
@@ -68,7 +69,7 @@ def test_every_row_matches_the_plain_eager_models_hidden_states(family):
     next_ids = torch.tensor(session.ids[1:])
     prefill, decode = session.traces
     for trace, columns in ((prefill, slice(0, len(prefill.input_ids))), (decode, slice(-1, None))):
-        lens = trace.lens
+        lens = session.run.lens(trace.step_index)
         assert lens.positions == list(range(ids.shape[1]))[columns]
         top_ids, top_probs, next_probs, entropy = (part.reshape(len(logits), -1, *part.shape[1:])
                                                    for part in _oracle(logits[:, columns].flatten(0, 1),
@@ -88,7 +89,7 @@ def test_layer_zero_is_the_final_norm_and_lm_head_on_the_embeddings():
         if model.config.final_logit_softcapping is not None:
             logits = torch.tanh(logits / model.config.final_logit_softcapping) * model.config.final_logit_softcapping
     probs = torch.softmax(logits, dim=-1)
-    lens = session.traces[0].lens
+    lens = session.run.lens(0)
     np.testing.assert_array_equal(lens.top_ids[0], probs.topk(LENS_TOP).indices.numpy())
     np.testing.assert_allclose(lens.top_probs[0], probs.topk(LENS_TOP).values.numpy(), atol=1e-6)
 
@@ -100,7 +101,7 @@ def test_a_long_prefill_keeps_its_last_positions_only():
     trace = session.prefill("x" * tokens, use_chat_template=False)
     width = lens_positions(tokens, loaded.model.config.num_hidden_layers)
     assert width == min(tokens, 1024 // 4)
-    assert trace.lens.positions == list(range(tokens - width, tokens))
+    assert session.run.lens(0).positions == list(range(tokens - width, tokens))
     assert lens_positions(2048, 30) == 1024 // 31
 
 
@@ -108,7 +109,7 @@ def test_a_long_prefill_keeps_its_last_positions_only():
 def test_the_embedded_model_names_paris_in_its_last_layer(embedded_model):
     session = InferenceSession(embedded_model, SamplingSettings())
     trace = session.prefill("The capital of France is", use_chat_template=False)
-    lens = trace.lens
+    lens = session.run.lens(0)
     paris = trace.sampling.token_id
     assert session.pieces([paris]) == [" Paris"]
     probs = torch.softmax(torch.from_numpy(trace.logits), dim=-1)
@@ -120,8 +121,8 @@ def test_the_embedded_model_names_paris_in_its_last_layer(embedded_model):
 def test_the_cli_prints_every_row_at_the_last_position_and_the_first_layer_with_the_chosen_token():
     session = _session("llama")
     trace = session.traces[1]
-    lines = lens_lines(trace, session.pieces)
-    lens = trace.lens
+    lens = session.run.lens(1)
+    lines = lens_lines(trace, lens, session.pieces)
     rows = lines[2:-1]
     assert [row.split("  ")[0].strip() for row in rows] == ["embedding", "layer 0", "layer 1", "layer 2"]
     for row, line in zip(range(4), rows, strict=True):
@@ -135,3 +136,65 @@ def test_the_cli_prints_every_row_at_the_last_position_and_the_first_layer_with_
 def test_the_cli_refuses_an_empty_prompt_before_loading(capsys):
     assert main(["lens", "  "]) == 2
     assert "The prompt is empty" in capsys.readouterr().err
+
+
+
+def _same(a, b) -> None:
+    assert (a.positions, a.next_ids) == (b.positions, b.next_ids)
+    for name in ("top_ids", "top_probs", "next_probs", "entropy_bits"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+def test_a_decode_step_runs_the_lm_head_once_and_the_lens_asked_later_is_the_one_asked_at_once():
+    eager = InferenceSession(tiny_model("llama"), SamplingSettings(do_sample=True, seed=3))
+    eager.prefill(PROMPT, use_chat_template=False)
+    records = [eager.run.lens(0)]
+    for _ in range(3):
+        records.append(eager.run.lens(eager.decode_step().step_index))
+    lazy = InferenceSession(tiny_model("llama"), SamplingSettings(do_sample=True, seed=3))
+    lazy.prefill(PROMPT, use_chat_template=False)
+    model, calls = lazy.loaded.model, []
+    handle = model.lm_head.register_forward_hook(lambda module, args, output: calls.append(args[0].shape[1]))
+    try:
+        for _ in range(3):
+            lazy.decode_step()
+            assert calls == [1]  # the step's own last position, nothing more
+            calls.clear()
+    finally:
+        handle.remove()
+    config, tokens = model.config, len(lazy.traces[0].input_ids)
+    row_bytes = (config.num_hidden_layers + 1) * config.hidden_size * model.dtype.itemsize
+    assert lazy.lens_bytes == row_bytes * (tokens + 3)  # every step's residual rows, no lens computed yet
+    for index in reversed(range(4)):
+        _same(lazy.run.lens(index), records[index])
+    assert lazy.lens_bytes == 0  # freed once computed
+    assert lazy.run.piece(int(records[2].top_ids[1, 0, 0])) != "?"  # the lens named its top tokens
+
+
+def test_over_its_budget_the_session_computes_its_oldest_lenses_with_the_same_values():
+    session = _session("llama")
+    records = [session.run.lens(index) for index in range(2)]
+    bounded = InferenceSession(tiny_model("llama"), SamplingSettings(), lens_budget_bytes=1)  # every lens at once
+    bounded.prefill(PROMPT, use_chat_template=False)
+    bounded.decode_step()
+    assert bounded.lens_bytes == 0
+    for index, record in enumerate(records):
+        _same(bounded.run.lens(index), record)
+
+
+def test_a_branch_drops_the_later_steps_lens_and_a_saved_run_gives_the_same_lens(tmp_path):
+    session = _session("llama")
+    session.decode_step()
+    first = session.run.lens(1)
+    session.branch(0)
+    assert len(session.lens._steps) == 1
+    session.decode_step()  # greedy: the same token again
+    _same(session.run.lens(1), first)
+    loaded, _ = load_run(save_run(session.run, session.attention, tmp_path / "run.json"))
+    for index in range(2):
+        _same(loaded.lens(index), session.run.lens(index))
+    session.decode_step()
+    held = session.lens
+    assert held.residual_bytes > 0  # the new step's rows, its lens not asked for
+    session.close()
+    assert held.residual_bytes == 0 and session.lens_bytes == 0

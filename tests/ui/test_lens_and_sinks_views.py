@@ -52,7 +52,7 @@ def test_the_threshold_moves_the_sinks_marked_in_the_attention_view(served):
 def test_the_lens_statistic_is_kept_for_later_redraws(served):
     visit = _visit(served)
     figure = handlers.on_lens_stat_change(visit, "entropy", 2)
-    np.testing.assert_array_equal(figure.data[0].z[:, -1], visit.run.steps[2].lens.entropy_bits[:, 0])
+    np.testing.assert_array_equal(figure.data[0].z[:, -1], visit.run.lens(2).entropy_bits[:, 0])
     redrawn = handlers.on_tab_select("lens")(visit, 2, 1, False, "h100-sxm")[1]
     np.testing.assert_array_equal(redrawn.data[0].z, figure.data[0].z)
     assert handlers.on_lens_stat_change(visit, "<b>", 2) == handlers.gr.skip()
@@ -80,9 +80,10 @@ def test_a_saved_run_keeps_its_lens_and_experiment_and_refuses_a_damaged_one(ser
     path = save_run(visit.run, visit.attention, tmp_path / "run.json")
     loaded, attention = load_run(path)
     assert loaded.equivalence == visit.run.equivalence
-    for mine, theirs in zip(visit.run.steps, loaded.steps, strict=True):
-        np.testing.assert_array_equal(theirs.lens.top_ids, mine.lens.top_ids)
-        np.testing.assert_array_equal(theirs.lens.entropy_bits, mine.lens.entropy_bits)
+    for index in range(len(visit.run.steps)):
+        mine, theirs = visit.run.lens(index), loaded.lens(index)
+        np.testing.assert_array_equal(theirs.top_ids, mine.top_ids)
+        np.testing.assert_array_equal(theirs.entropy_bits, mine.entropy_bits)
     data = json.loads(path.read_text())
     data["equivalence"]["comparisons"][0]["max_abs"][1] = -1.0
     (tmp_path / "bad.json").write_text(json.dumps(data))

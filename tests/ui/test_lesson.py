@@ -132,7 +132,7 @@ def test_the_lens_sinks_and_equivalence_pages_say_the_runs_own_numbers(served):
     turn(visit, None, 0)
     run, machine = visit.run, resolve_hardware("h100-sxm")
     page = {p.key: p for p in PAGES}
-    lens = run.steps[1].lens
+    lens = run.lens(1)
     hits = [row for row in range(lens.top_ids.shape[0]) if lens.top_ids[row, -1, 0] == lens.next_ids[-1]]
     text = page_text(page["lens"], LessonInputs(run, 1, 0, machine))
     assert f"**{lens.next_probs[-1, -1]:.2f}** at the output" in text

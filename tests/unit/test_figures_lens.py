@@ -11,12 +11,16 @@ from explorer.figures.views import ViewData, ViewOptions, fig_lens
 from explorer.trace import LensRecord
 
 
+def _lenses(run, step: int) -> tuple:
+    return tuple(run.lens(index) for index in range(step + 1))
+
+
 @pytest.mark.parametrize("stat", ["top1", "next", "entropy"])
 def test_each_cell_is_its_top1_token_coloured_by_the_chosen_statistic(stat):
     run, _ = hand_run(decode_steps=2)
-    fig = fig_lens(ViewData(run), ViewOptions(2, 0, False, "h100-sxm", lens_stat=stat))
+    fig = fig_lens(ViewData(run, lens=_lenses(run, 2)), ViewOptions(2, 0, False, "h100-sxm", lens_stat=stat))
     heatmap = fig.data[0]
-    prefill, *decodes = (step.lens for step in run.steps)
+    prefill, *decodes = _lenses(run, 2)
     assert fig.layout.meta == {"view": "lens", "step": 2}
     assert len(heatmap.x) == len(prefill.positions) + 2 and list(heatmap.y) == ["embedding", "layer 0", "layer 1"]
     expected = {"top1": lambda r: r.top_probs[..., 0], "next": lambda r: r.next_probs, "entropy": lambda r: r.entropy_bits}
@@ -29,7 +33,7 @@ def test_each_cell_is_its_top1_token_coloured_by_the_chosen_statistic(stat):
 
 def test_the_prefill_shows_its_positions_only():
     run, _ = hand_run(decode_steps=2)
-    heatmap = fig_lens(ViewData(run), ViewOptions(0, 0, False, "h100-sxm")).data[0]
+    heatmap = fig_lens(ViewData(run, lens=_lenses(run, 0)), ViewOptions(0, 0, False, "h100-sxm")).data[0]
     assert len(heatmap.x) == len(run.steps[0].input_ids)
 
 

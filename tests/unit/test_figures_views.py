@@ -25,6 +25,8 @@ def data_for(run: Run, attention, view: str, options: ViewOptions) -> ViewData:
         return ViewData(run, attention=tuple(attention.probs(step, options.layer) for step in range(shown + 1)))
     if view == "roofline":
         return ViewData(run, costs=tuple(run.costs(step) for step in sorted({0, shown})), hardware=H100)
+    if view == "lens":
+        return ViewData(run, lens=tuple(run.lens(step) for step in range(shown + 1)))
     return ViewData(run)
 
 
