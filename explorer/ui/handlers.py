@@ -51,7 +51,7 @@ SAMPLING_INPUTS = len(SAMPLING_FIELDS)
 RESTORED_INPUTS = ("prompt", "prompt_tokens", "use_chat_template", "system_prompt", "enable_thinking",
                    *SAMPLING_FIELDS)  # a loaded run's
 EMPTY_VIEW = "Type a prompt and press Prefill."
-EQUIVALENCE_EMPTY = "Prefill a prompt, then run the experiment: the same logits computed equivalent ways."
+EQUIVALENCE_EMPTY = "Prefill a prompt, then press \"Run the experiment\": the same logits computed equivalent ways."
 APP_EQUIVALENCE_STEPS = 8  # the experiment holds the shared model: few steps in the app (the CLI takes 32)
 # visit, status, token strip, text, step menu, layer slider, the "go on from which step" question, Reset's
 # "are you sure" question, the views

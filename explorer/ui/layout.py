@@ -289,13 +289,15 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[s
                                       elem_id=PLOT_IDS[view], buttons=[full_screen])
                 full_screen.click(None, js="() => window.explorerFullscreen()")
         with gr.Tab("Equivalent ≠ identical", id="equivalence", elem_id="tab-equivalence") as tabs["equivalence"]:
-            with gr.Row():
-                steps = gr.Number(4, label="greedy steps", precision=0, minimum=1, maximum=handlers.APP_EQUIVALENCE_STEPS,
-                                  elem_id="equivalence-steps", scale=0, min_width=140)
-                button = gr.Button("Run the experiment on this prompt (the model is busy for it: seconds "
-                                   "to a minute on a CPU)", elem_id="equivalence-btn")
-            plots["equivalence"] = gr.Plot(empty_figure("equivalence", handlers.EQUIVALENCE_EMPTY), show_label=False,
-                                           elem_id="equivalence-plot")
+            with gr.Row(equal_height=False):  # the controls beside the figure, so its top stays on screen
+                plots["equivalence"] = gr.Plot(empty_figure("equivalence", handlers.EQUIVALENCE_EMPTY),
+                                               show_label=False, elem_id="equivalence-plot", scale=4)
+                with gr.Column(scale=1, min_width=200):
+                    button = gr.Button("Run the experiment on this prompt", variant="primary",
+                                       elem_id="equivalence-btn")
+                    steps = gr.Number(4, label="greedy steps", precision=0, minimum=1,
+                                      maximum=handlers.APP_EQUIVALENCE_STEPS, elem_id="equivalence-steps",
+                                      info="The model is busy while it runs: seconds to a minute on a CPU.")
     return container, tabs, plots, {"equivalence_steps": steps, "equivalence_btn": button}
 
 
