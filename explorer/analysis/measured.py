@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from explorer.analysis.costs import (embed_cost, layer_costs, lm_head_cost, position_costs, step_costs, step_total,
-                                     totals_by_op)
+from explorer.analysis.costs import (
+    embed_cost,
+    layer_costs,
+    lm_head_cost,
+    position_costs,
+    step_costs,
+    step_total,
+    totals_by_op,
+)
 from explorer.analysis.precision import Precision, canonical_dtype
 from explorer.analysis.records import CostOptions, OpCost, Step, norm_cost
 from explorer.analysis.spec import ModelSpec

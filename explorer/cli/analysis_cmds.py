@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 
 from explorer.analysis.hardware import hardware_names
-from explorer.analysis.memory import DEFAULT_ATTENTION_BUDGET_BYTES, prompt_memory
 from explorer.analysis.kv_cache import kv_bytes_per_token, kv_bytes_per_token_per_layer
+from explorer.analysis.memory import DEFAULT_ATTENTION_BUDGET_BYTES, prompt_memory
 from explorer.analysis.params import param_counts
 from explorer.analysis.precision import DTYPE_BITS, Precision
 from explorer.analysis.records import CostOptions, Step

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from explorer.cli.model_args import add_model_arguments, load_for
 from explorer.errors import PromptError
 
 
@@ -17,12 +17,8 @@ def register(subparsers) -> None:
                     "in the other precision (float32/bfloat16, on a copy) and without the KV cache; print each "
                     "step's max and mean |Δlogits| and where the greedy tokens first differ.",
     )
-    parser.add_argument("prompt", help="the prompt (raw text; --chat-template to wrap it)")
+    add_model_arguments(parser)
     parser.add_argument("--steps", type=int, default=8, help="greedy steps compared (1-32; step 0: the prefill's)")
-    parser.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
-    parser.add_argument("--chat-template", action="store_true", help="wrap the prompt in the model's chat template")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     parser.set_defaults(handler=run)
 
 
@@ -33,15 +29,11 @@ def run(args: argparse.Namespace) -> int:
         ExplorerError: an empty prompt or steps out of range (before the model loads), a prompt too long.
     """
     from explorer.runner.equivalence import MAX_STEPS, run_equivalence
-    from explorer.runner.loading import load
     from explorer.runner.session import InferenceSession
 
-    if not args.prompt.strip():
-        raise PromptError("The prompt is empty: give some text.")
     if not 1 <= args.steps <= MAX_STEPS:
         raise PromptError(f"--steps must be 1 to {MAX_STEPS}.")
-    loaded = load(model=args.model, device=args.device, dtype=args.dtype,
-                  progress=lambda message: print(message, file=sys.stderr))
+    loaded = load_for(args)
     session = InferenceSession(loaded)
     ids = session.prompt_ids(args.prompt, args.chat_template)
     result = run_equivalence(loaded, ids, args.steps)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from explorer.cli.model_args import add_model_arguments, load_for
 from explorer.config import SamplingSettings
-from explorer.errors import ExplorerError, PromptError
+from explorer.errors import ExplorerError
 from explorer.figures.lens import LensColumns, first_top1_row, row_label
 from explorer.journey import step_label
 from explorer.trace import LensRecord, StepTrace
@@ -21,13 +21,8 @@ def register(subparsers) -> None:
                     "layer read through the model's own final norm and LM head, and the first layer at "
                     "which the token the step chose is top-1.",
     )
-    parser.add_argument("prompt", help="the prompt")
+    add_model_arguments(parser)
     parser.add_argument("--step", type=int, default=0, help="0: the prefill; k: the k-th decode step")
-    parser.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
-    parser.add_argument("--chat-template", action="store_true",
-                        help="wrap the prompt in the model's chat template (default: raw text)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     parser.set_defaults(handler=run)
 
 
@@ -37,15 +32,11 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         ExplorerError: an empty prompt or a negative step (before the model loads).
     """
-    if not args.prompt.strip():
-        raise PromptError("The prompt is empty: give some text.")
     if args.step < 0:
         raise ExplorerError("--step must be 0 (the prefill) or more.")
-    from explorer.runner.loading import load
+    loaded = load_for(args)
     from explorer.runner.session import InferenceSession
 
-    loaded = load(model=args.model, device=args.device, dtype=args.dtype,
-                  progress=lambda message: print(message, file=sys.stderr))
     session = InferenceSession(loaded, SamplingSettings(max_new_tokens=args.step + 1))
     trace = session.prefill(args.prompt, use_chat_template=args.chat_template)
     while trace.step_index < args.step and not session.finished:

@@ -21,15 +21,6 @@ from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import StepCosts
 from explorer.analysis.records import OpCost
 from explorer.analysis.roofline import RooflinePoint, StepRoofline, costs_roofline
-from explorer.figures.theme import (
-    DECODE_COLOUR,
-    PREFILL_COLOUR,
-    base_layout,
-    plain_label,
-    set_layout,
-    si_text,
-    subplot_grid,
-)
 from explorer.figures.roofs import (
     flops_unit,
     measured_roof_label,
@@ -38,6 +29,15 @@ from explorer.figures.roofs import (
     roof_line,
     roof_traces,
     sources_text,
+)
+from explorer.figures.theme import (
+    DECODE_COLOUR,
+    PREFILL_COLOUR,
+    base_layout,
+    plain_label,
+    set_layout,
+    si_text,
+    subplot_grid,
 )
 
 STAGE_COLOURS = {"prefill": PREFILL_COLOUR, "decode": DECODE_COLOUR}

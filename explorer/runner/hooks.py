@@ -21,10 +21,16 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from explorer.runner.architectures import stop_module_names
 from explorer.analysis.memory import block_rows
-from explorer.runner.gqa import (AttentionInputs, grouped_scores, grouped_weighted_sum, in_head_order, merge_heads,
-                                softmax)
+from explorer.runner.architectures import stop_module_names
+from explorer.runner.gqa import (
+    AttentionInputs,
+    grouped_scores,
+    grouped_weighted_sum,
+    in_head_order,
+    merge_heads,
+    softmax,
+)
 from explorer.runner.timing import Clock, CudaEventClock
 from explorer.stops import stop_name
 

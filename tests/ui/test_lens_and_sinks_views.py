@@ -10,8 +10,8 @@ import pytest
 from explorer.analysis.sinks import key_importance
 from explorer.errors import ConfigError
 from explorer.figures.attention import stack_attention
-from explorer.ui import handlers
 from explorer.saved import load_run, save_run
+from explorer.ui import handlers
 from explorer.ui.views import every_layer_sinks
 
 GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)
