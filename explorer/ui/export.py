@@ -29,6 +29,7 @@ from gradio.utils import get_upload_folder
 
 from explorer.errors import ExportError
 from explorer.run import step_to_dict
+from explorer.runner.lens import LENS_TOP, lens_positions
 from explorer.saved import run_head, save_run
 from explorer.trace import dumps
 
@@ -175,12 +176,27 @@ def estimated_bytes(visit, keep_attention: bool = True) -> int:
     steps = run.steps
     logits = [step.logits for step in steps if step.logits is not None]
     logits += [stage.logits for step in steps if step.sampling for stage in step.sampling.stages]
-    values_bytes = _values_text_bytes(logits, blank=-np.inf)
+    values_bytes = _values_text_bytes(logits, blank=-np.inf) + _lens_text_bytes(run, logits)
     if keep_attention:
         values_bytes += _attention_text_bytes(visit)
     bare = step_to_dict(replace(steps[-1], logits=None, sampling=None, attention=[]), None)
     other_bytes = len(dumps(bare)) * len(steps) + len(dumps(run_head(run)))
     return round(other_bytes + values_bytes)
+
+
+def _lens_text_bytes(run, logits: list[np.ndarray]) -> float:
+    """Estimated JSON text of the run's logit-lens records, bytes, from their shapes (computed or not:
+    a live run computes the lenses no view asked for as it exports, `explorer.runner.lens`): per step,
+    (L + 1) x P cells of `LENS_TOP` ids and probabilities, a probability of the next token and an
+    entropy, each float at the mean text length of a sample of the logits; 0 without a lens (shape-only)."""
+    if run.lens_source is None or not logits:
+        return 0.0
+    id_bytes = len(str(logits[0].size)) + 1  # "12345,"
+    sample = np.concatenate(_sampled(logits))
+    sample = sample[np.isfinite(sample)]
+    float_bytes = len(dumps(sample)) / max(sample.size, 1)  # "x," per value
+    cells = sum((len(step.kv) + 1) * lens_positions(len(step.input_ids), len(step.kv)) for step in run.steps)
+    return cells * (LENS_TOP * (id_bytes + float_bytes) + 2 * float_bytes)
 
 
 def _attention_text_bytes(visit) -> float:
