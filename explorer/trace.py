@@ -10,7 +10,7 @@ so a trace can be saved, shared and drawn without the model. The attention proba
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 import orjson
@@ -183,6 +183,8 @@ class StepTrace:
         wall_ms: wall time of the whole forward pass in milliseconds.
         device: where it ran, e.g. "cpu", "cuda:0", "meta".
         shape_only: True when run on the meta device (no values: logits, attention and sampling empty).
+        batch_texts: a batch of real prompts: each sequence's generated text after this step, special
+            tokens left out (`logits`, `sampling` and `token_text` are sequence 0's); else empty.
 
     The step's logit lens is not here: it is computed on request (`explorer.run.Run.lens`).
     """
@@ -203,6 +205,7 @@ class StepTrace:
     wall_ms: float = 0.0
     device: str = "cpu"
     shape_only: bool = False
+    batch_texts: list[str] = field(default_factory=list)
 
     def op(self, name: str) -> OpRecord:
         """The stop called `name`. Raises KeyError if the step has no such stop."""
@@ -217,6 +220,7 @@ class StepTrace:
         (`from_dict` turns it back into -inf)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["input_ids"], data["input_pieces"] = list(self.input_ids), list(self.input_pieces)
+        data["batch_texts"] = list(self.batch_texts)
         for name in ("ops", "kv", "attention"):  # records of ints, strings and lists of ints: no array in them
             data[name] = [_record_dict(record) for record in data[name]]
         data["sampling"] = None if self.sampling is None else asdict(self.sampling)

@@ -487,6 +487,7 @@ class InferenceSession:
             logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
             sampling=sampling, token_text=token_text, finished=bool(finish_reason), finish_reason=finish_reason,
             wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only,
+            batch_texts=self.batch_texts if self._batch is not None else [],
         )
         self.attention.store.add(recorder.attention, recorder.attention_inputs)
         # after the draw, each column's next token is known; the lens itself waits until asked for
