@@ -303,6 +303,11 @@ def _check_attention(attention, where: str, run: _Run, tokens: int, context: int
                                  f"layer's {run.kv_heads[layer]} KV heads, then {expected}", record["shape"])
         if record["probs"] is not None:
             _array(record["probs"], f"{at}.probs", [heads, rows, keys])
+        if record.get("first_key_sums") is not None:  # absent from runs saved before them
+            sums = _list(record["first_key_sums"], f"{at}.first_key_sums", length=heads,
+                         what=f"one sum per query head ({heads})")
+            for i, value in enumerate(sums):
+                _number(value, f"{at}.first_key_sums[{i}]", low=0, high=rows)
 
 
 def _check_outcome(trace: dict, where: str, vocab: int) -> None:

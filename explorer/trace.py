@@ -71,10 +71,15 @@ class AttentionRecord:
         layer: decoder layer index.
         shape: [n_heads, q_len, kv_len]: prefill [h_q, T, T], decode [h_q, 1, n] (a sliding-window
             layer: kv_len up to its window).
+        first_key_sums: [n_heads] each head's sum over this step's queries of its probability on the
+            layer's first key, in float64, taken in the step from the probabilities it computed (the
+            attention sinks read these, `explorer.analysis.sinks`); None on the meta device and in runs
+            saved before them.
     """
 
     layer: int
     shape: Shape
+    first_key_sums: list[float] | None = None
 
 
 @dataclass(frozen=True)
@@ -232,7 +237,7 @@ class StepTrace:
         data = dict(data)
         data["ops"] = [OpRecord(**op) for op in data["ops"]]
         data["kv"] = [KVSnapshot(**kv) for kv in data["kv"]]
-        data["attention"] = [AttentionRecord(a["layer"], a["shape"]) for a in data["attention"]]
+        data["attention"] = [AttentionRecord(a["layer"], a["shape"], a.get("first_key_sums")) for a in data["attention"]]
         data["logits"] = float32_array(data["logits"])
         if data["sampling"] is not None:
             s = data["sampling"]

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts
 from explorer.analysis.records import OpCost
-from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, SinkSummary, key_importance
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, SinkSummary, first_token_importance
 from explorer.families import FAMILIES
 from explorer.figures.attention import attention_figure, stack_attention
 from explorer.figures.forward import forward_figure
@@ -142,7 +142,8 @@ def fig_attention(data: ViewData, options: ViewOptions) -> go.Figure:
         start = max(0, min(options.zoom, len(pieces) - ZOOM_TOKENS))
         window = (start, min(start + ZOOM_TOKENS, len(pieces)))
     n_kv_heads = trace.kv[options.layer].key_shape[1]
-    importance = key_importance(probs)[:, 0]  # the first token's, per head of this layer
+    # the first token's importance per head of this layer: the run's sums, else from the matrix
+    importance = data.sinks[options.layer] if data.sinks is not None else first_token_importance(probs)
     threshold = options.sink_threshold
     notes = [f" · sink {value:.2f}{' ●' if value > threshold else ''}" for value in importance]
     return attention_figure(probs, pieces, n_kv_heads, options.layer, trace.step_index,

@@ -483,7 +483,8 @@ class InferenceSession:
             stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
             context_length=context_length,
             ops=assemble_ops(stop_table(self.features, len(kv), stage), recorder.events, self.features, extra),
-            kv=kv, attention=[AttentionRecord(i, shape) for i, shape in sorted(recorder.attention_shapes.items())],
+            kv=kv, attention=[AttentionRecord(i, shape, recorder.first_key_sums.get(i))
+                              for i, shape in sorted(recorder.attention_shapes.items())],
             logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
             sampling=sampling, token_text=token_text, finished=bool(finish_reason), finish_reason=finish_reason,
             wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only,
