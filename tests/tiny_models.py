@@ -14,7 +14,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
-from explorer.runner.loading import LoadedModel
+from explorer.runner.loading import LoadedModel, experts_implementation
 
 VOCAB = 101
 DIMS = dict(
@@ -70,7 +70,7 @@ def tiny_model(family: str, seed: int = 0, **overrides) -> LoadedModel:
     """A tiny random float32 model of `family` on the CPU with the character tokenizer."""
     torch.manual_seed(seed)
     config = tiny_config(family, **overrides)
-    model = AutoModelForCausalLM.from_config(config).eval()
+    model = AutoModelForCausalLM.from_config(config, **experts_implementation(config)).eval()
     model.generation_config = GenerationConfig(eos_token_id=1, pad_token_id=0)
     return LoadedModel(model=model, tokenizer=char_tokenizer(), name=f"tiny-{family}",
                        description=f"tiny random {family}", shape_only=False, device="cpu",

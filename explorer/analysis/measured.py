@@ -53,13 +53,17 @@ class MeasuredPoint:
 
 
 def step_from_trace(trace: StepTrace) -> Step:
-    """The `Step` a trace ran: B and T from the embedding's [B, T] input, n from the trace.
+    """The `Step` a trace ran: B and T from the embedding's [B, T] input, n from the trace, and in a
+    mixture-of-experts model the experts each layer's executed routing reached (`trace.routing`).
 
     Raises:
         KeyError: the trace has no "embed" stop.
     """
     batch, tokens = trace.op("embed").input_shapes[0][:2]
-    return Step(trace.stage, batch, tokens, trace.context_length)
+    hit: list[int | None] = [None] * len(trace.kv) if trace.routing else []
+    for record in trace.routing:
+        hit[record.layer] = record.experts_hit
+    return Step(trace.stage, batch, tokens, trace.context_length, tuple(hit))
 
 
 def trace_precision(trace: StepTrace) -> Precision:
