@@ -34,8 +34,7 @@ from explorer.runner.prompts import check_prompt_chars, check_unicode
 from explorer.runner.sampling import sample_next_token
 from explorer.runner.timing import step_clock
 from explorer.stops import stop_table
-from explorer.trace import (AttentionRecord, KVSnapshot, LensRecord, OpRecord, RoutingRecord, SamplingRecord,
-                            StepTrace)
+from explorer.trace import AttentionRecord, KVSnapshot, LensRecord, OpRecord, RoutingRecord, SamplingRecord, StepTrace
 
 # The most sequences one run takes together (`prefill(batch=...)`).
 MAX_BATCH = 256
