@@ -129,3 +129,39 @@ def test_shape_only_has_no_routing_and_the_analysis_expects_b_t_k_over_e(family,
     assert trace.op("layers.0.mlp.router").output_shapes == [[10, E], [10, K], [10, K]]
     assert trace.routing == [] and step_from_trace(trace).experts_hit == ()
     assert expert_load(spec, 10) == [10 * K / E] * E
+
+
+def test_the_forward_view_draws_the_measured_routing_under_a_moe_layer(session):
+    """Bars: the shown step's tokens per expert; heatmap: a row per token fed so far, its k weights."""
+    from explorer.figures.views import ViewOptions
+    from explorer.ui.hosting import LOCAL
+    from explorer.ui.views import Visit, render
+
+    visit = Visit.start(session, LOCAL)
+    figure = render(visit, ViewOptions(step=1, layer=0, average_heads=False, hardware="h100-sxm"), "forward")
+    traces = {trace.name: trace for trace in figure.data}
+    assert list(traces["tokens per expert"].y) == session.traces[1].routing[0].tokens_per_expert
+    assert traces["tokens per expert"].meta == "measured" and list(traces["expected B·T·k/E"].y) == [K / E] * 2
+    cells = np.array(traces["routing weights"].z, dtype=float)
+    assert cells.shape == (session.traces[1].context_length, E)
+    first, last = session.traces[0].routing[0], session.traces[1].routing[0]
+    np.testing.assert_allclose(np.sort(cells[0][~np.isnan(cells[0])])[::-1], first.weights[0], rtol=1e-6)
+    assert np.flatnonzero(~np.isnan(cells[-1])).tolist() == sorted(last.expert_ids[0])
+    if session.loaded.model.config.model_type == "qwen3_moe":  # its layer 1 is dense: no routing drawn
+        dense = render(visit, ViewOptions(step=1, layer=1, average_heads=False, hardware="h100-sxm"), "forward")
+        assert "tokens per expert" not in {trace.name for trace in dense.data}
+
+
+def test_a_shape_only_forward_view_draws_the_expected_load(tmp_path):
+    from explorer.figures.views import ViewOptions
+    from explorer.ui.hosting import LOCAL
+    from explorer.ui.views import Visit, render
+
+    tiny_config("mixtral").save_pretrained(tmp_path)
+    session = InferenceSession(load_shape_only(str(tmp_path)))
+    session.prefill(prompt_tokens=5, batch=2)
+    figure = render(Visit.start(session, LOCAL), ViewOptions(step=0, layer=2, average_heads=False,
+                                                             hardware="h100-sxm"), "forward")
+    traces = {trace.name: trace for trace in figure.data}
+    assert traces["tokens per expert"].meta == "expected" and list(traces["tokens per expert"].y) == [10 * K / E] * E
+    assert "routing weights" not in traces
