@@ -165,3 +165,12 @@ def test_a_shape_only_forward_view_draws_the_expected_load(tmp_path):
     traces = {trace.name: trace for trace in figure.data}
     assert traces["tokens per expert"].meta == "expected" and list(traces["tokens per expert"].y) == [10 * K / E] * E
     assert "routing weights" not in traces
+
+
+def test_the_trace_command_prints_each_steps_measured_load(session, capsys):
+    from explorer.cli.trace_cmd import print_journey
+
+    print_journey(list(session.traces), session.text, layer=0)
+    out = capsys.readouterr().out
+    for trace in session.traces:
+        assert f"{trace.routing[0].tokens_per_expert} (measured routing)" in out
