@@ -73,7 +73,7 @@ def add_routing_panel(fig: go.Figure, steps: list[StepTrace], layer: int, pieces
     expected = rows * per_token / experts
     record = routing_of(shown, layer)
     every_step = record is not None and all(routing_of(trace, layer) for trace in steps)
-    heatmap_px = 0 if not every_step else min(MAX_HEATMAP_PX, ROW_PX * len(pieces)) + AXIS_PX
+    heatmap_px = (min(MAX_HEATMAP_PX, ROW_PX * len(pieces)) if every_step else 0) + AXIS_PX  # + the experts axis
     added = PANEL_GAP_PX + BARS_PX + heatmap_px
     plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
     total = plot_px + added
@@ -95,8 +95,9 @@ def add_routing_panel(fig: go.Figure, steps: list[StepTrace], layer: int, pieces
                          "showticklabels": record is None, "title": {"text": "expert"} if record is None else None},
               "yaxis2": {"domain": [bars_bottom + (AXIS_PX / total if every_step else 0), below], "anchor": "x2",
                          "title": {"text": "token rows"}, "rangemode": "tozero"}}
-    title = (f"<b>Layer {layer} experts</b> at {_label(shown)}: token rows each of the E = {experts} experts got "
-             f"({source}; k = {per_token} per token, their GEMMs' rows) · dashed: B·T·k/E = {expected:.3g}")
+    title = (f"<b>Layer {layer} experts</b> at {_label(shown)}: the token rows each expert got ({source})<br>"
+             f"E = {experts} experts, k = {per_token} per token; an expert's GEMMs run on its rows · "
+             f"dashed: B·T·k/E = {expected:.3g}")
     notes = [{"text": title, "x": 0.06, "y": below, "xref": "paper", "yref": "paper", "xanchor": "left",
               "yanchor": "bottom", "yshift": 8, "showarrow": False, "font": {"size": 13}, "align": "left"}]
     if every_step:
