@@ -228,11 +228,12 @@ class Scenario:
             ValueError: a batch, context or token count below 1.
         """
         batch = self.batch or step.batch
+        tokens = (self.tokens or step.tokens) if step.stage == "prefill" else 1
+        routed = step.experts_hit if (batch, tokens) == (step.batch, step.tokens) else ()  # the same rows routed
         if step.stage == "prefill":
-            tokens = self.tokens or step.tokens
-            changed = Step("prefill", batch, tokens, tokens)
+            changed = Step("prefill", batch, tokens, tokens, routed)
         else:
-            changed = Step("decode", batch, 1, self.context or step.context)
+            changed = Step("decode", batch, 1, self.context or step.context, routed)
         formats = {name: value for name, value in (("weights", self.weights), ("activations", self.activations),
                                                    ("kv", self.kv)) if value}
         return changed, CostOptions(precision=replace(precision, **formats), merged_projections=self.merged,

@@ -27,8 +27,8 @@ class Step:
         context: n, positions in each sequence's KV cache after this step's write (>= T).
         experts_hit: per decoder layer, how many experts the executed routing sent tokens to (measured:
             `explorer.trace.RoutingRecord.experts_hit`), None for a dense layer; () where no routing
-            was executed (shape-only, what-ifs): the cost model then expects uniform routing
-            (`explorer.analysis.costs.experts_touched`).
+            was executed (shape-only, a what-if with another B or T): the cost model then expects
+            uniform routing (`explorer.analysis.costs.experts_touched`).
     """
 
     stage: str

@@ -174,3 +174,14 @@ def test_the_trace_command_prints_each_steps_measured_load(session, capsys):
     out = capsys.readouterr().out
     for trace in session.traces:
         assert f"{trace.routing[0].tokens_per_expert} (measured routing)" in out
+
+
+def test_a_what_if_keeps_the_executed_routing_only_for_the_same_token_rows(session):
+    from explorer.analysis.measured import Scenario, trace_costs
+
+    spec = ModelSpec.from_hf_config(session.loaded.model.config.to_dict())
+    executed = trace_costs(spec, session.traces[1])
+    formats, _ = Scenario(weights="fp8").applied(executed.step, executed.precision)
+    batched, _ = Scenario(batch=64).applied(executed.step, executed.precision)
+    assert formats.experts_hit == executed.step.experts_hit and formats.experts_hit[0] == K
+    assert batched.experts_hit == ()
