@@ -45,8 +45,9 @@ FINISH_REASONS = frozenset({"", "eos", "max_new_tokens", "context_full"})
 DEVICE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:\d{1,3})?")  # what `str(torch.device)` gives for these
 TOKEN_KEY = re.compile(r"\d{1,10}")
 RUN_KEYS = ("model", "description", "config", "ids", "text", "pieces", "traces")
-# and "lens" where there is one (not in runs saved before it); "routing" is optional too (runs saved before MoE)
-TRACE_KEYS = tuple(f.name for f in fields(StepTrace) if f.name != "routing")
+TRACE_KEYS = tuple(f.name for f in fields(StepTrace))  # and "lens" where there is one (not in runs saved before it)
+# absent from runs saved before a batch's texts were, and before mixture-of-experts routing was kept
+OPTIONAL_TRACE_KEYS = ("batch_texts", "routing")
 ROUTING_KEYS = tuple(f.name for f in fields(RoutingRecord))
 LENS_KEYS = tuple(f.name for f in fields(LensRecord))
 EQUIVALENCE_KEYS = tuple(f.name for f in fields(EquivalenceResult))
@@ -184,7 +185,7 @@ def _check_prompt(prompt) -> None:
 
 def _check_trace(trace, where: str, index: int, run: _Run) -> None:
     """One step; `run` is updated with what it fixes for the later steps."""
-    _object(trace, where, TRACE_KEYS)
+    _object(trace, where, tuple(key for key in TRACE_KEYS if key not in OPTIONAL_TRACE_KEYS))
     stage = "prefill" if index == 0 else "decode"
     if trace["stage"] != stage:
         _fail(f"{where}.stage", f'"{stage}" (step {index} of the run)', trace["stage"])
@@ -341,6 +342,8 @@ def _check_outcome(trace: dict, where: str, vocab: int) -> None:
     if trace["sampling"] is not None:
         _check_sampling(trace["sampling"], f"{where}.sampling", vocab)
     _text(trace["token_text"], f"{where}.token_text", MAX_LINE_CHARS)
+    for i, text in enumerate(_list(trace.get("batch_texts", []), f"{where}.batch_texts")):
+        _text(text, f"{where}.batch_texts[{i}]")
     _flag(trace["finished"], f"{where}.finished")
     if trace["finish_reason"] not in FINISH_REASONS:
         reasons = ", ".join(map(repr, sorted(FINISH_REASONS)))

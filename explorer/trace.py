@@ -225,6 +225,8 @@ class StepTrace:
         wall_ms: wall time of the whole forward pass in milliseconds.
         device: where it ran, e.g. "cpu", "cuda:0", "meta".
         shape_only: True when run on the meta device (no values: logits, attention and sampling empty).
+        batch_texts: a batch of real prompts: each sequence's generated text after this step, special
+            tokens left out (`logits`, `sampling` and `token_text` are sequence 0's); else empty.
         routing: each mixture-of-experts layer's routing (`RoutingRecord`), in layer order; empty for a
             dense model and in shape-only mode (no values to route by).
 
@@ -247,6 +249,7 @@ class StepTrace:
     wall_ms: float = 0.0
     device: str = "cpu"
     shape_only: bool = False
+    batch_texts: list[str] = field(default_factory=list)
     routing: list[RoutingRecord] = field(default_factory=list)
 
     def op(self, name: str) -> OpRecord:
@@ -262,6 +265,7 @@ class StepTrace:
         (`from_dict` turns it back into -inf)."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["input_ids"], data["input_pieces"] = list(self.input_ids), list(self.input_pieces)
+        data["batch_texts"] = list(self.batch_texts)
         for name in ("ops", "kv", "attention"):  # records of ints, strings and lists of ints: no array in them
             data[name] = [_record_dict(record) for record in data[name]]
         data["sampling"] = None if self.sampling is None else asdict(self.sampling)

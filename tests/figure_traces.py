@@ -35,6 +35,8 @@ TINY = ModelSpec(family="llama", hidden_size=32, n_layers=2, n_heads=4, n_kv_hea
 SMOLLM2 = ModelSpec(family="llama", hidden_size=576, n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64,
                     intermediate_size=1536, vocab_size=49152, dense_intermediate_size=1536,
                     tie_word_embeddings=True, moe_layers=(False,) * 30)
+GPT2 = ModelSpec(family="gpt2", hidden_size=24, n_layers=2, n_heads=4, n_kv_heads=4, head_dim=6,
+                 intermediate_size=37, vocab_size=97, dense_intermediate_size=37, tie_word_embeddings=True)
 PROMPT_PIECES = ["<|im_start|>", "user", "\n", "What", " is", " 2", "+", "2", "?", "<|im_end|>", "\n"]
 GENERATED_PIECES = ["4", ".", " The", " answer", " is", " 4", "<|im_end|>"]
 NON_FLOAT_DTYPES = {"tokenize": "int64", "sample": "int64", "detokenize": "str"}

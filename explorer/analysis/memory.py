@@ -13,8 +13,9 @@ Terms (dtype bytes `b`: 4 for float32, 2 for bfloat16):
   token and layer (146 MB at 2,048 tokens on the embedded model in float32).
 - kept matrices: the prefill's float32 [h_q, T, T] probabilities the session keeps beside the queries
   within its attention budget, layer by layer, as `explorer.runner.attention_store` decides.
-- attention transient: one layer at a time, the eager mask [T, T] in the dtype (transformers builds it
-  once for the pass) plus one query block's scores and probabilities (`block_rows`).
+- attention transient: one layer at a time, one query block's scores, probabilities and additive
+  mask (`block_rows`), plus SDPA's boolean mask [T, T] (1 byte each) where a sliding window shorter than
+  the prompt makes transformers build one for the pass (a plain causal prompt has none).
 - activations: one layer at a time, at the MLP, which holds the most: the residual stream, the normed
   input and the output (3 x d) and the gate, up and their product (3 x d_ff), x b per token.
 """
@@ -127,9 +128,15 @@ def prompt_memory(spec: ModelSpec, prompt_tokens: int, itemsize: int, attention_
         kv_cache_bytes=kv_cache_size(spec, t + 1, kv_dtype=_KV_DTYPES[itemsize]).total_bytes,
         query_bytes=layer_query_bytes * spec.n_layers,
         kept_matrix_bytes=kept,
-        attention_transient_bytes=t * t * itemsize + rows * h_q * t * (2 * itemsize + 8),
+        attention_transient_bytes=_boolean_mask_bytes(spec, t) + rows * t * (h_q * (2 * itemsize + 8) + itemsize),
         activation_bytes=(3 * spec.hidden_size + 3 * spec.intermediate_size) * t * itemsize,
     )
+
+
+def _boolean_mask_bytes(spec: ModelSpec, t: int) -> int:
+    """SDPA's [T, T] boolean mask, where a layer's sliding window does not cover the prompt (else
+    transformers skips it: plain causal)."""
+    return t * t if any(window is not None and window <= t for window in spec.layer_windows) else 0
 
 
 def longest_prompt(spec: ModelSpec, itemsize: int, attention_budget_bytes: int, free_bytes: int, limit: int) -> int:

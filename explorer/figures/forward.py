@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 from explorer.analysis.records import OpCost
+from explorer.families import Family
 from explorer.figures.dims import DIM_COLOURS
 from explorer.figures.forward_text import (
     DECODE_TEXT,
@@ -93,7 +94,7 @@ class Node:
 
 def forward_figure(prefill: StepTrace, decode: StepTrace | None, layer: int, n_layers: int,
                    tied_lm_head: bool = False, costs: tuple[dict[str, OpCost], ...] = (),
-                   presenter: bool = False, weights_in_out: bool = False) -> go.Figure:
+                   presenter: bool = False, family: Family | None = None) -> go.Figure:
     """Decoder layer `layer` (and every stop outside the layers) as a data-flow diagram, the prefill's
     measured shapes beside the decode step's.
 
@@ -107,7 +108,8 @@ def forward_figure(prefill: StepTrace, decode: StepTrace | None, layer: int, n_l
             (`explorer.analysis.measured.stop_costs`), for the prefill then the decode step; () where
             the cost model does not know the family.
         presenter: wrap into shorter rows, for presenter mode's larger text.
-        weights_in_out: the layers' weights are stored [in, out] (GPT-2's `Conv1D`, `Family.conv1d`).
+        family: the run's model family, for the hovers' formulas (LayerNorm; GPT-2's `Conv1D`, its
+            weights stored [in, out]); None: the Llama block's.
 
     Returns:
         A figure with `layout.meta == {"view": "forward", "step": ...}`. Traces, by name: "residual
@@ -126,7 +128,7 @@ def forward_figure(prefill: StepTrace, decode: StepTrace | None, layer: int, n_l
     if not any(op.layer == layer for op in ops):
         raise ValueError(f"The prefill has no stops in layer {layer}.")
     stages = Stages(prefill, decode, {op.name: op for op in ops},
-                    {op.name: op for op in decode.ops} if decode else {}, costs, weights_in_out)
+                    {op.name: op for op in decode.ops} if decode else {}, costs, family)
     columns = layout_columns(ops, stages, tied_lm_head)
     rows = wrap_rows(columns, PRESENTER_ROW_CHARS if presenter else ROW_CHARS)
     nodes, (bottom, top) = _place(rows, stages)

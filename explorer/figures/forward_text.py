@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 from explorer.analysis.records import OpCost
 from explorer.analysis.timing_stats import ms_number, noise_text, spread_text, stop_timing
+from explorer.families import Family
 from explorer.figures.dims import coloured
-from explorer.figures.stop_docs import ENGINE_NOTES, STOP_DOCS, stored_symbols, weight_shape
+from explorer.figures.stop_docs import ENGINE_NOTES, stop_doc, weight_shape
 from explorer.figures.theme import plain_label, si_text, visible_piece
 from explorer.journey import shape_text, step_label
 from explorer.stops import parse_stop_name
@@ -32,7 +33,12 @@ class Stages:
     prefill_ops: dict[str, OpRecord]
     decode_ops: dict[str, OpRecord]
     costs: tuple[dict[str, OpCost], ...]
-    weights_in_out: bool = False  # GPT-2's Conv1D: the layers' weights are [in, out], applied as X · W
+    family: Family | None = None  # its formulas (LayerNorm, GPT-2's Conv1D); None: the Llama block's
+
+    @property
+    def weights_in_out(self) -> bool:
+        """The layers' weights are stored [in, out], applied as X · W (GPT-2's `Conv1D`)."""
+        return self.family is not None and self.family.conv1d
 
     def weight(self, stop: str) -> list[int] | None:
         """The shape of the weight `stop` multiplies by, as the model stores it (`weight_shape`)."""
@@ -99,10 +105,10 @@ def _weight_symbol(stop: str) -> str:
     return _doc(stop)[2].split(" ")[0]
 
 
-def _doc(stop: str) -> tuple[str, str, str]:
-    """(formula, shapes in symbols, weight in symbols) of a stop; a stop the docs do not know (a saved
-    run's own name) has none, and its weight is "W"."""
-    formula, symbols, weight = STOP_DOCS.get(parse_stop_name(stop)[1], ("", "", None))
+def _doc(stop: str, family: Family | None = None) -> tuple[str, str, str]:
+    """(formula, shapes in symbols, weight in symbols as stored) of a stop (`stop_doc`); a stop the docs
+    do not know (a saved run's own name) has none, and its weight is "W"."""
+    formula, symbols, weight = stop_doc(parse_stop_name(stop)[1], family)
     return formula, symbols, weight or "W"
 
 
@@ -123,16 +129,15 @@ def node_hover(key: str, stages: Stages, tied: bool) -> str:
     if key.startswith("W:"):
         stop = key[2:]
         shape = stages.weight(stop)
-        symbols = _doc(stop)[2]
-        if stages.prefill_ops[stop].kind == "gemm" and stages.prefill_ops[stop].layer is not None:
-            symbols = stored_symbols(symbols, stages.weights_in_out)
+        symbols = _doc(stop, stages.family)[2]
         note = "<br>the same matrix as the LM head's (tied embeddings)" if tied and stop in ("embed", "lm_head") else ""
         return (f"<b>weight of {plain_label(stop)}</b><br>{coloured(symbols)} = {shape_text(shape)}<br>"
                 f"read in full at every step, whatever T is{note}")
     relative = parse_stop_name(key)[1]
-    formula, symbols, weight_symbols = STOP_DOCS.get(relative, ("", "", None))  # no weight: no "· Wᵀ"
+    formula, symbols, weight_symbols = stop_doc(relative, stages.family)  # no weight: no "· Wᵀ"
+    in_out = stages.weights_in_out and stages.prefill_ops[key].layer is not None
     lines = [f"<b>{plain_label(key)}</b> ({plain_label(stages.prefill_ops[key].kind)}): {formula}",
-             "symbols: " + coloured(_equation(symbols, weight_symbols))]
+             "symbols: " + coloured(_equation(symbols, weight_symbols, in_out))]
     for index, (trace, ops) in enumerate(((stages.prefill, stages.prefill_ops), (stages.decode, stages.decode_ops))):
         if trace is None:
             continue
@@ -142,12 +147,13 @@ def node_hover(key: str, stages: Stages, tied: bool) -> str:
     return "<br>".join(lines)
 
 
-def _equation(symbols: str, weight_symbols: str | None) -> str:
-    """"[B, T, d] · W_q [h_q·d_h, d]ᵀ → [B, T, h_q·d_h]" for a GEMM; the shapes in symbols otherwise."""
+def _equation(symbols: str, weight_symbols: str | None, in_out: bool = False) -> str:
+    """"[B, T, d] · W_q [h_q·d_h, d]ᵀ → [B, T, h_q·d_h]" for a GEMM (a weight stored [in, out]: no ᵀ);
+    the shapes in symbols otherwise."""
     if not weight_symbols or "→" not in symbols or weight_symbols.startswith(("γ", "E")):
         return symbols
     inputs, outputs = symbols.split(" → ", 1)
-    return f"{inputs} · {weight_symbols}ᵀ → {outputs}"
+    return f"{inputs} · {weight_symbols}{'' if in_out else 'ᵀ'} → {outputs}"
 
 
 def _numbers(op: OpRecord | None, stages: Stages, weight_symbols: str | None) -> str:

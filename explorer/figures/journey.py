@@ -20,8 +20,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from explorer.analysis.timing_stats import NOISE_FLOOR_MS, StopTiming, ms_number, stop_timing, timing_description
+from explorer.families import Family
 from explorer.figures.dims import coloured
-from explorer.figures.stop_docs import STOP_DOCS, weight_shape
+from explorer.figures.stop_docs import stop_doc, weight_shape
 from explorer.figures.theme import base_layout, kind_colour, plain_label, set_layout, subplot_grid
 from explorer.journey import shape_text, step_label
 from explorer.stops import parse_stop_name
@@ -38,20 +39,23 @@ SHAPE_ONLY_NOTE = "shape-only:<br>no compute,<br>no times"
 KEY_SHIFT_PX = 52  # the key sits under the wall axes' tick labels and titles
 
 
-def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> go.Figure:
+def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int,
+                   family: Family | None = None) -> go.Figure:
     """The stops of decoder layer `layer` and every stop outside the layers, prefill beside decode.
 
     Rows are the prefill's stops in execution order (top to bottom); each column pair shows input ->
     output shapes and wall time (ms, measured; see the module docstring for what a bar, a whisker, a
     diamond, a hatch and a grey bar mean). Hovering a row gives the stop's formula, shapes in symbols
-    and numbers, weight shape ([out_features, in_features] for a GEMM, [d] for a norm, [V, d] for the
-    embedding) and wall time with its spread. Stop names, kinds and dtypes are escaped
+    and numbers, weight shape as stored ([out_features, in_features] for a GEMM, [in_features,
+    out_features] for GPT-2's `Conv1D` layers, [d] for a norm, [V, d] for the embedding) and wall time with its spread. Stop names, kinds and dtypes are escaped
     (`plain_label`): in a saved run they are the file's text.
 
     Args:
         prefill: the prefill step's trace.
         decode: the decode step shown beside it, or None before the first decode step.
         layer: the decoder layer whose stops are shown (0-based).
+        family: the run's model family, for the hover's formulas (LayerNorm, GPT-2's `Conv1D`); None:
+            the Llama block's.
 
     Returns:
         A figure with `layout.meta == {"view": "journey", "step": ...}`. Per step column pair: a bar
@@ -75,13 +79,13 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> 
         [_column_title(prefill), _wall_title(prefill), _column_title(decode) if decode else "decode",
          _wall_title(decode) if decode else ""],
         rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012, column_widths=[0.36, 0.14, 0.36, 0.14])
-    data = _column(rows, vocab, prefill, layer, cells[1, 1], cells[1, 2])
+    data = _column(rows, vocab, prefill, layer, cells[1, 1], cells[1, 2], family)
     if decode is None:
         layout["annotations"].append(_note("run a decode step", layout["xaxis3"]["domain"]))
     else:
         decode_ops = {op.name: op for op in decode.ops}
         data += _column([decode_ops.get(op.name) or _absent(op.name) for op in rows], vocab, decode, layer,
-                        cells[1, 3], cells[1, 4])
+                        cells[1, 3], cells[1, 4], family)
     steps = [prefill, decode] if decode else [prefill]
     for col, trace in zip((2, 4), steps, strict=False):
         if trace.shape_only:
@@ -103,13 +107,13 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int) -> 
 
 
 def _column(ops: list[OpRecord], vocab: int, trace: StepTrace, layer: int, shapes_cell: dict,
-            wall_cell: dict) -> list[dict]:
+            wall_cell: dict, family: Family | None) -> list[dict]:
     """One step's traces: a full-width bar per row tinted by kind (the row's hover) and the shape text
     in the shapes column; unless the step is shape-only, the wall times in the wall-time column
     (`_wall_traces`)."""
     ran = [op for op in ops if op.kind]
     y = [plain_label(op.name) for op in ran]
-    hover = [_hover(op, vocab, trace, layer) for op in ran]
+    hover = [_hover(op, vocab, trace, layer, family) for op in ran]
     common = {"type": "bar", "y": y, "orientation": "h", "hovertext": hover,
               "hovertemplate": "%{hovertext}<extra></extra>", "showlegend": False}
     data = [{**common, **shapes_cell, "name": "stop", "x": np.ones(len(ran), np.float32), "opacity": 0.28,
@@ -268,11 +272,11 @@ def _vocab(trace: StepTrace) -> int:
     return trace.op("lm_head").output_shapes[0][-1]
 
 
-def _hover(op: OpRecord, vocab: int, trace: StepTrace, layer: int) -> str:
-    formula, symbols, weight_symbols = STOP_DOCS.get(_relative(op), ("", "", None))
+def _hover(op: OpRecord, vocab: int, trace: StepTrace, layer: int, family: Family | None) -> str:
+    formula, symbols, weight_symbols = stop_doc(_relative(op), family)
     lines = [f"<b>{plain_label(op.name)}</b> ({plain_label(op.kind)})", formula, f"shapes: {coloured(symbols)}",
              f"        {_flow(op)}"]
-    weight = weight_shape(op, vocab)
+    weight = weight_shape(op, vocab, family is not None and family.conv1d)
     if weight_symbols and weight:
         lines.append(f"weight: {coloured(weight_symbols)} = {shape_text(weight)}")
     lines.append(f"dtype: {plain_label(op.dtype)}")

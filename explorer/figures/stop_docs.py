@@ -5,6 +5,7 @@ measured shape, and what inference engines do at that stop. Pure Python over tra
 
 from __future__ import annotations
 
+from explorer.families import Family
 from explorer.trace import OpRecord
 
 NORM = ("x̂ = x / √(mean(x²) + ε) ⊙ γ", "[B, T, d] → [B, T, d]", "γ [d]")
@@ -58,6 +59,24 @@ STOP_DOCS = {
                "[B, V] → [B]", None),
     "detokenize": ("id → text piece (may be an incomplete UTF-8 character)", "[B] → text", None),
 }
+
+
+LAYER_NORM_FORMULA = "x̂ = (x − mean(x)) / √(var(x) + ε) ⊙ γ + β (LayerNorm)"
+
+
+def stop_doc(relative: str, family: Family | None = None) -> tuple[str, str, str | None]:
+    """(formula, shapes in symbols, weight in symbols as stored) of the stop `relative` (e.g.
+    "attn.q_proj") in `family`: `STOP_DOCS` (the Llama block, also for None), with a LayerNorm's mean
+    and bias where the family's norms are LayerNorms, and GPT-2's `Conv1D` layer GEMMs as X · W + b with
+    W [in, out]; a stop the docs do not know (a saved run's own name) has ("", "", None)."""
+    formula, symbols, weight = STOP_DOCS.get(relative, ("", "", None))
+    if family is None:
+        return formula, symbols, weight
+    if family.norm == "layernorm" and weight == NORM[2]:
+        formula = LAYER_NORM_FORMULA
+    if family.conv1d and weight and weight.startswith("W_") and relative != "lm_head":
+        formula, weight = f"{formula.replace('ᵀ', '')} + b (Conv1D)", stored_symbols(weight, True)
+    return formula, symbols, weight
 
 
 def stored_symbols(weight_symbols: str, in_out: bool) -> str:

@@ -113,7 +113,7 @@ def fig_forward(data: ViewData, options: ViewOptions) -> go.Figure:
     config = data.run.config
     figure = forward_figure(data.run.steps[0], decode, options.layer, len(data.run.steps[0].kv),
                             tied_lm_head=bool(config.get("tie_word_embeddings")), costs=data.stop_costs,
-                            presenter=options.presenter, weights_in_out=_conv1d(config))
+                            presenter=options.presenter, family=FAMILIES.get(config.get("model_type")))
     shown = decode or data.run.steps[0]
     router = next((op for op in shown.ops if op.name == f"layers.{options.layer}.mlp.router"), None)
     if router is None:  # a dense layer
@@ -133,16 +133,10 @@ def query_heads(config: dict) -> int:
         config["num_attention_heads"]
 
 
-def _conv1d(config: dict) -> bool:
-    """Whether the run's family stores its layers' weights [in, out] (GPT-2's Conv1D)."""
-    family = FAMILIES.get(config.get("model_type"))
-    return family is not None and family.conv1d
-
-
 def fig_journey(data: ViewData, options: ViewOptions) -> go.Figure:
     """The stops of one layer, prefill beside the shown decode step (none while the prefill is shown)."""
     decode = data.run.step(options.step) if options.step > 0 else None
-    return journey_figure(data.run.steps[0], decode, options.layer)
+    return journey_figure(data.run.steps[0], decode, options.layer, FAMILIES.get(data.run.config.get("model_type")))
 
 
 def fig_attention(data: ViewData, options: ViewOptions) -> go.Figure:

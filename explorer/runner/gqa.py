@@ -69,6 +69,30 @@ def grouped_scores(query: torch.Tensor, key: torch.Tensor, scaling: float, softc
     return scores
 
 
+def block_mask(mask: torch.Tensor | None, first: int, last: int, q_len: int, n: int, dtype: torch.dtype,
+               device: torch.device) -> torch.Tensor | None:
+    """Eager attention's additive mask for query rows `first`..`last - 1`: 0 where a query attends, the
+    dtype's minimum elsewhere, as transformers' `eager_mask` turns SDPA's boolean mask into one, but a
+    block of rows at a time (a 8,192-token prompt's whole float mask would be 268 MB).
+
+    Args:
+        mask: SDPA's boolean mask [B, 1, T, >= n] (True: attend; padding, sliding windows), or None
+            where transformers found it plain causal (`sdpa_mask`'s causal skip): query r, at position
+            n - T + r, then sees keys 0..n - T + r.
+        q_len: T, the step's query rows; n: the keys.
+
+    Returns:
+        [B or 1, 1, last - first, n] in `dtype`, or None where no key of the block is masked.
+    """
+    minimum = torch.finfo(dtype).min
+    if mask is not None:
+        return torch.where(mask[:, :, first:last, :n], torch.zeros((), dtype=dtype, device=mask.device), minimum)
+    if last >= q_len and first == q_len - 1:  # the last query sees every key
+        return None
+    causal = torch.full((last - first, n), minimum, dtype=dtype, device=device)
+    return causal.triu_(n - q_len + first + 1)[None, None]
+
+
 def softmax(scores: torch.Tensor) -> torch.Tensor:
     """Row-wise softmax in float32, cast back to the scores' dtype, as eager attention does."""
     return nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
@@ -117,10 +141,11 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.
     with torch.inference_mode():
         for first in range(0, q_len, rows):
             last = min(first + rows, q_len)
-            mask = torch.full((last - first, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
-            mask.triu_(n - q_len + first + 1)  # query r sits at position n - T + r and sees keys 0..n - T + r
+            mask = block_mask(None, first, last, q_len, n, query.dtype, query.device)
             if padding is not None:  # a left-padded sequence's padded keys
-                mask.masked_fill_(padding.to(mask.device)[None, :] == 0, torch.finfo(query.dtype).min)
-            scores = grouped_scores(query[:, :, first:last], keys, inputs.scaling, inputs.softcap, mask[None, None])
+                padded = (padding.to(query.device) == 0)[None, None, None, :n]
+                mask = torch.zeros_like(padded, dtype=query.dtype) if mask is None else mask
+                mask = mask.masked_fill(padded, torch.finfo(query.dtype).min)
+            scores = grouped_scores(query[:, :, first:last], keys, inputs.scaling, inputs.softcap, mask)
             result[:, first:last] = in_head_order(softmax(scores)).to(torch.float32).cpu().numpy()
     return result

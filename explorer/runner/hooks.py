@@ -19,12 +19,13 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from explorer.analysis.memory import block_rows
 from explorer.runner.architectures import moe_layers, stop_module_names
 from explorer.runner.gqa import (
     AttentionInputs,
+    block_mask,
     grouped_scores,
     grouped_weighted_sum,
     in_head_order,
@@ -181,7 +182,8 @@ def explorer_attention(
     Args:
         query: [B, h_q, T, d_h] after RoPE.
         key, value: [B, h_kv, n, d_h], the whole cache after this step's write.
-        attention_mask: additive float mask [B, 1, T, n] (0 or -inf), or None.
+        attention_mask: SDPA's boolean mask [B, 1, T, n] (True: attend), or None where it is plain causal;
+            each block adds eager's float mask made from it (`explorer.runner.gqa.block_mask`).
         scaling: 1 / sqrt(d_h) for most families (Gemma 3: query_pre_attn_scalar ** -0.5).
         softcap: Gemma-style logit soft-capping, None elsewhere.
 
@@ -204,7 +206,7 @@ def explorer_attention(
     for first in range(0, q_len, rows):
         block = slice(first, min(first + rows, q_len))
         start = clock()
-        mask = None if attention_mask is None else attention_mask[:, :, block]
+        mask = block_mask(attention_mask, block.start, block.stop, q_len, n, query.dtype, query.device)
         scores = grouped_scores(query[:, :, block], key, scaling, softcap, mask)
         after_scores = clock()
         probs = softmax(scores)
@@ -228,7 +230,7 @@ def explorer_attention(
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, explorer_attention)
-AttentionMaskInterface.register(ATTN_IMPLEMENTATION, eager_mask)
+AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)  # boolean, or None: plain causal
 
 
 @contextmanager

@@ -489,6 +489,7 @@ class InferenceSession:
             logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
             sampling=sampling, token_text=token_text, finished=bool(finish_reason), finish_reason=finish_reason,
             wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only,
+            batch_texts=self.batch_texts if self._batch is not None else [],
             routing=[RoutingRecord(layer, n_experts, ids.tolist(), weights.float().cpu().numpy())
                      for layer, (ids, weights, n_experts) in sorted(recorder.routing.items())],
         )

@@ -34,7 +34,7 @@ from explorer.ui.export import export_label, plan_export, size_text, write_expor
 from explorer.ui.hosting import Limits, Served, client_address
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.plain import markdown_text
-from explorer.ui.status import status_text, strip_html
+from explorer.ui.status import generated_text, status_text, strip_html
 from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.views import Visit, render
 from explorer.view_data import own_hardware
@@ -466,7 +466,7 @@ def on_step_change(visit: Visit | None, step: int | None, layer: int, average_he
         return tuple(gr.skip() for _ in range(4 + len(VIEWS)))
     options = _options(visit, step, layer, average_heads, hardware, presenter, zoom, what_if)
     visit.viewing = options.step if options.step < len(visit.run.steps) - 1 else None
-    return (status_text(visit, options.step), strip_html(visit, options.step), visit.run.text_at(options.step),
+    return (status_text(visit, options.step), strip_html(visit, options.step), generated_text(visit, options.step),
             _close_question(visit), *_views(visit, options, shown))
 
 
@@ -590,7 +590,7 @@ def step_outputs(visit: Visit, layer: int, average_heads: bool, hardware: str, s
     options = ViewOptions(latest, layer, bool(average_heads), hardware, bool(presenter), _zoom(zoom),
                           what_if or Scenario(), visit.lens_stat, visit.sink_threshold)
     steps = gr.update(choices=[(step_label(t), t.step_index) for t in traces], value=latest)
-    return (visit, status_text(visit, latest), strip_html(visit, latest), visit.run.text, steps,
+    return (visit, status_text(visit, latest), strip_html(visit, latest), generated_text(visit, latest), steps,
             gr.update(maximum=n_layers - 1, value=layer), _hidden() if latest == 0 else _close_question(visit),
             _hidden() if latest == 0 else gr.skip(), *_views(visit, options, shown))
 

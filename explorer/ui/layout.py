@@ -130,7 +130,7 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
             c["layer"] = gr.Slider(0, loaded.model.config.num_hidden_layers - 1, 0, step=1, label="Layer",
                                    elem_id="layer-slider", scale=1, min_width=200)
             c["text"] = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=1,
-                                   max_lines=2, scale=3, min_width=240)
+                                   max_lines=3, scale=3, min_width=240)
         c["what_if"] = gr.State(Scenario())  # the roofline's what-if, for every redraw of it
         c |= _lesson_panel()
         c["tabs_selected"], c["tabs"], c["plots"], experiment = _view_tabs()  # the tabs, each tab and plot by view

@@ -31,11 +31,22 @@ def status_text(visit: Visit, step: int) -> str:
     # the model's name and device (its whole description is in the model menu): one line at 1280 px
     model = f"{visit.run.description.split(': ')[0]} on {trace.device}"
     line = f"{source}{markdown_text(model)}\n\n**{step_label(trace)}**: {_step_summary(trace, visit.run.costs(step))}"
+    if len(trace.batch_texts) > 1:
+        line += (f". A batch of {len(trace.batch_texts)} prompts: the views show sequence 0, Generated text "
+                 "holds every sequence's")
     if trace.finished:
         line += f". Generation ended ({trace.finish_reason.replace('_', ' ')})."
     if step != len(visit.run.steps) - 1:
         line += f". An earlier step: the latest is {step_label(visit.run.latest)}."
     return line
+
+
+def generated_text(visit: Visit, step: int) -> str:
+    """The text generated up to `step`; for a batch of prompts, each sequence's on its own line, "[b] text"."""
+    texts = visit.run.steps[step].batch_texts
+    if len(texts) < 2:
+        return visit.run.text_at(step)
+    return "\n".join(f"[{b}] {text}" for b, text in enumerate(texts))
 
 
 def _step_summary(trace: StepTrace, costs: StepCosts | None) -> str:

@@ -46,6 +46,13 @@ def test_each_sequences_greedy_tokens_equal_the_prompt_run_alone(batch, loaded):
         assert row == alone(loaded, prompt, SamplingSettings(max_new_tokens=STEPS)).ids
 
 
+def test_each_steps_texts_are_each_prompts_text_run_alone(batch, loaded):
+    singles = [alone(loaded, prompt, SamplingSettings(max_new_tokens=STEPS)) for prompt in PROMPTS]
+    assert any(single.run.text for single in singles)  # something to compare
+    for step in batch.traces:  # a sequence that ended keeps its text
+        assert step.batch_texts == [single.run.text_at(step.step_index) for single in singles]
+
+
 def test_sequence_0s_logits_agree_with_its_run_alone(batch, loaded):
     single = alone(loaded, PROMPTS[0], SamplingSettings(max_new_tokens=STEPS))
     assert len(single.traces) == len(batch.traces) == STEPS
@@ -106,3 +113,4 @@ def test_a_batch_run_saves_and_loads_back(batch, tmp_path):
     assert [step.op("embed").input_shapes for step in loaded.steps] == [
         step.op("embed").input_shapes for step in batch.run.steps]
     assert loaded.steps[0].op("embed").input_shapes == [[3, len(PROMPTS[2])]]
+    assert [step.batch_texts for step in loaded.steps] == [step.batch_texts for step in batch.run.steps]

@@ -98,7 +98,7 @@ def test_a_long_prefill_keeps_its_last_positions_only():
     loaded = tiny_model("llama")
     session = InferenceSession(loaded, SamplingSettings())
     tokens = 150
-    trace = session.prefill("x" * tokens, use_chat_template=False)
+    session.prefill("x" * tokens, use_chat_template=False)
     width = lens_positions(tokens, loaded.model.config.num_hidden_layers)
     assert width == min(tokens, 1024 // 4)
     assert session.run.lens(0).positions == list(range(tokens - width, tokens))

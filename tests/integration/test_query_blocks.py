@@ -7,7 +7,9 @@ Tolerance: 1e-6 absolute on the probabilities and on the logits, float32 on the 
 a GEMM over a group's g query heads, or over fewer rows, may reduce a dot product in another order
 than eager's GEMM per query head over every row; measured here up to 4.5e-7 on the probabilities and
 2.8e-7 on the logits (of magnitude about 1). With one block of T rows the values are eager's bit for
-bit on every family but Gemma 3 (1.8e-7), whose scaling is not a power of two.
+bit on every family but Gemma 3 (1.8e-7), whose scaling is not a power of two. Each block's additive
+mask is eager's, bit for bit, made from SDPA's boolean mask (or none, where transformers skips a
+plain causal one) a block of rows at a time.
 """
 
 from __future__ import annotations
@@ -55,3 +57,36 @@ def test_blocked_attention_equals_eager_within_1e_6(family, rows):
             assert got.shape == want.shape, f"layer {layer}"
             np.testing.assert_allclose(got, want, rtol=0, atol=ATOL, err_msg=f"{family} layer {layer}, {rows} rows")
         np.testing.assert_allclose(got_logits, want_logits, rtol=0, atol=ATOL, err_msg=f"{family}, {rows} rows")
+
+
+@pytest.mark.parametrize(("q_len", "n", "window", "padding"), [(7, 7, None, 0), (1, 9, None, 0), (5, 12, None, 0),
+                                                              (7, 7, 3, 0), (6, 6, None, 2), (1, 8, 4, 1)])
+def test_each_blocks_mask_is_eagers_mask_of_those_rows(q_len, n, window, padding):
+    """`block_mask` from SDPA's boolean mask (or from none, where transformers skips a plain causal one)
+    equals the rows of transformers' own `eager_mask`, for a prefill, a decode step, a chunk after a
+    cache, a sliding window and left padding, in blocks of 1, 2 and all rows."""
+    from transformers.masking_utils import (
+        causal_mask_function,
+        eager_mask,
+        sdpa_mask,
+        sliding_window_causal_mask_function,
+    )
+
+    from explorer.runner.gqa import block_mask
+
+    pads = torch.tensor([[False] * padding + [True] * (n - padding)]) if padding else None
+    function = causal_mask_function if window is None else sliding_window_causal_mask_function(window)
+    common = {"batch_size": 1, "q_length": q_len, "kv_length": n, "q_offset": n - q_len, "kv_offset": 0,
+              "mask_function": function, "attention_mask": pads, "local_size": window}
+    eager = eager_mask(**common, dtype=torch.float32)
+    boolean = sdpa_mask(**common, allow_is_causal_skip=True)
+    assert (boolean is None) == (window is None and not padding and (q_len == 1 or q_len == n))
+    for rows in (1, 2, q_len):
+        for first in range(0, q_len, rows):
+            last = min(first + rows, q_len)
+            got = block_mask(boolean, first, last, q_len, n, torch.float32, torch.device("cpu"))
+            want = eager[:, :, first:last]
+            if got is None:
+                assert not want.any()
+            else:
+                torch.testing.assert_close(got.expand_as(want), want, rtol=0, atol=0)

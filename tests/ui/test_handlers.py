@@ -380,5 +380,9 @@ def test_a_batch_of_prompts_one_per_line_runs_together_and_every_view_draws_sequ
     probs = visit.attention.probs(0, 1)
     assert not probs[:, -1, :T - len(prompts[0])].any()
     assert [meta(drawn(visit, view)) for view in VIEWS] == [{"view": v, "step": 0} for v in VIEWS]
-    visit, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    visit, status, _, text, *_ = handlers.on_decode_click(visit, *GREEDY, *VIEW)
     assert visit.run.steps[1].kv[0].key_shape[:3] == [3, 2, T + 1]
+    assert "A batch of 3 prompts: the views show sequence 0" in status
+    assert text == "\n".join(f"[{b}] {text}" for b, text in enumerate(visit.session.batch_texts))
+    assert handlers.on_step_change(visit, 0, *VIEW)[2] == "\n".join(f"[{b}] {text}" for b, text in
+                                                                      enumerate(visit.run.steps[0].batch_texts))

@@ -181,3 +181,29 @@ def test_every_stop_of_every_family_has_a_formula():
 def test_a_layer_the_model_lacks_is_refused():
     with pytest.raises(ValueError, match="layer 2"):
         journey_figure(PREFILL, None, 2)
+
+
+def test_gpt2s_hovers_give_its_layernorm_and_its_conv1d_weights_as_stored():
+    """GPT-2's norms are LayerNorms (a mean and a bias β), its layer GEMMs `Conv1D`: X · W + b, W stored
+    [in, out]; its LM head is an `nn.Linear` (tied to the embedding), [V, d]. The same stops of a
+    Llama keep X · Wᵀ and RMSNorm."""
+    from figure_traces import GPT2
+
+    from explorer.figures.forward import forward_figure
+
+    prefill, decode = run_traces(GPT2, decode_steps=1)
+    journey = journey_figure(prefill, decode, 1, FAMILIES["gpt2"])
+    qkv = hover_of(journey, "layers.1.attn.qkv_proj")
+    assert "[Q K V] = X · W_qkv + b (Conv1D)" in qkv and "W_qkv [d, (h_q+2·h_kv)·d_h] = [24, 72]" in qkv
+    assert "W_down [d_ff, d] = [37, 24]" in hover_of(journey, "layers.1.mlp.down_proj")
+    assert "(x − mean(x)) / √(var(x) + ε) ⊙ γ + β" in hover_of(journey, "layers.1.input_norm")
+    assert "W_lm [V, d] = [97, 24]" in hover_of(journey, "lm_head") and "ᵀ" in hover_of(journey, "lm_head")
+    nodes = next(trace for trace in forward_figure(prefill, decode, 1, 2, family=FAMILIES["gpt2"]).data
+                 if trace.name == "nodes")
+    forward_qkv = re.sub(r"</?span[^>]*>", "", dict(zip(nodes.customdata, nodes.hovertext, strict=True))[
+        "layers.1.attn.qkv_proj"])
+    assert "X · W_qkv + b (Conv1D)" in forward_qkv and "[1, 1, 24] · [24, 72] → [1, 1, 72]" in forward_qkv
+    assert "[B, T, d] · W_qkv [d, (h_q+2·h_kv)·d_h] → " in forward_qkv
+    llama = journey_figure(PREFILL, DECODE, 1, FAMILIES["llama"])
+    assert "K = X · W_kᵀ" in hover_of(llama, "layers.1.attn.k_proj")
+    assert "√(mean(x²) + ε)" in hover_of(llama, "layers.1.input_norm")
