@@ -182,7 +182,7 @@ def _print_expert_load(traces: list[StepTrace], layer: int) -> None:
     for trace in traces:
         record = next((r for r in trace.routing if r.layer == layer), None)
         rows = trace.op(f"layers.{layer}.mlp.router").input_shapes[0][0]
-        load = (f"{record.tokens_per_expert} (measured routing)" if record is not None else
+        load = (f"{record.tokens_per_expert} (counted from the measured routing)" if record is not None else
                 f"{rows * per_token / experts:.3g} each expected (B*T*k/E; shape-only: no routing)")
         print(f"  {step_label(trace):<9} {load}")
 

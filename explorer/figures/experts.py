@@ -82,7 +82,7 @@ def add_routing_panel(fig: go.Figure, steps: list[StepTrace], layer: int, pieces
     fig.layout.height = fig.layout.height + added
     x = list(range(experts))
     counts = record.tokens_per_expert if record is not None else [expected] * experts
-    source = "measured routing" if record is not None else "expected load: no routing in shape-only mode"
+    source = "counted from the router's measured choices" if record is not None else "expected load: no routing in shape-only mode"
     fig.add_trace(go.Bar(x=x, y=counts, name="tokens per expert", marker_color=BAR_COLOUR, xaxis="x2", yaxis="y2",
                          meta="measured" if record is not None else "expected",
                          hovertemplate="expert %{x}: %{y} token rows<extra></extra>"))

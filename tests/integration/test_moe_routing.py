@@ -49,6 +49,20 @@ def _top_k(logits: np.ndarray, renormalise: bool) -> tuple[np.ndarray, np.ndarra
 
 
 def test_the_routing_equals_the_top_k_of_transformers_own_router_logits(session):
+    _check_against_router_logits(session)
+
+
+def test_qwen3_moe_with_norm_topk_prob_renormalises_the_weights():
+    """Qwen3-MoE's default keeps the softmax probabilities of the k experts (a row sums below 1);
+    `norm_topk_prob` renormalises them to sum to 1, as Mixtral always does."""
+    session = InferenceSession(tiny_model("qwen3_moe", norm_topk_prob=True), SamplingSettings(max_new_tokens=2))
+    session.prefill(PROMPT, use_chat_template=False)
+    session.decode_step()
+    _check_against_router_logits(session)
+    np.testing.assert_allclose(session.traces[0].routing[0].weights.sum(-1), 1, atol=1e-6)
+
+
+def _check_against_router_logits(session) -> None:
     model = copy.deepcopy(session.loaded.model)
     model.set_attn_implementation("eager")
     prompt = session.traces[0].input_ids
@@ -63,6 +77,8 @@ def test_the_routing_equals_the_top_k_of_transformers_own_router_logits(session)
         np.testing.assert_allclose(record.weights, weights[:-1], atol=1e-6)
         np.testing.assert_allclose(decoded.weights, weights[-1:], atol=1e-6)
         assert sum(record.tokens_per_expert) == len(prompt) * K and record.n_experts == E
+        if not renormalise:
+            assert (record.weights.sum(-1) < 1 - 1e-3).all()
 
 
 class _Linears(TorchFunctionMode):
@@ -173,7 +189,7 @@ def test_the_trace_command_prints_each_steps_measured_load(session, capsys):
     print_journey(list(session.traces), session.text, layer=0)
     out = capsys.readouterr().out
     for trace in session.traces:
-        assert f"{trace.routing[0].tokens_per_expert} (measured routing)" in out
+        assert f"{trace.routing[0].tokens_per_expert} (counted from the measured routing)" in out
 
 
 def test_a_what_if_keeps_the_executed_routing_only_for_the_same_token_rows(session):
