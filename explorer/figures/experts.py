@@ -15,6 +15,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from explorer.figures.theme import plain_label, set_layout
+from explorer.journey import step_label
+from explorer.stops import stop_name
 from explorer.trace import RoutingRecord, StepTrace
 
 PANEL_GAP_PX = 70  # between the diagram and the panels: the bars' title sits in it
@@ -69,47 +71,51 @@ def add_routing_panel(fig: go.Figure, steps: list[StepTrace], layer: int, pieces
         (y the tokens, x the experts).
     """
     shown = steps[-1]
-    rows = shown.op(f"layers.{layer}.mlp.router").input_shapes[0][0]  # B*T
+    rows = shown.op(stop_name(layer, "mlp.router")).input_shapes[0][0]  # B*T
     expected = rows * per_token / experts
     record = routing_of(shown, layer)
-    every_step = record is not None and all(routing_of(trace, layer) for trace in steps)
-    heatmap_px = (min(MAX_HEATMAP_PX, ROW_PX * len(pieces)) if every_step else 0) + AXIS_PX  # + the experts axis
-    added = PANEL_GAP_PX + BARS_PX + heatmap_px
+    weights = token_weights(steps, layer) if record and all(routing_of(s, layer) for s in steps) else None
+    heatmap_px = (min(MAX_HEATMAP_PX, ROW_PX * len(pieces)) if weights is not None else 0) + AXIS_PX
     plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
-    total = plot_px + added
-    below = (BARS_PX + heatmap_px) / total
+    total = plot_px + PANEL_GAP_PX + BARS_PX + heatmap_px
+    below, bars_bottom = (BARS_PX + heatmap_px) / total, heatmap_px / total
     fig.layout.yaxis.domain = [below + PANEL_GAP_PX / total, 1]
-    fig.layout.height = fig.layout.height + added
-    x = list(range(experts))
-    counts = record.tokens_per_expert if record is not None else [expected] * experts
-    source = "counted from the router's measured choices" if record is not None else "expected load: no routing in shape-only mode"
-    fig.add_trace(go.Bar(x=x, y=counts, name="tokens per expert", marker_color=BAR_COLOUR, xaxis="x2", yaxis="y2",
-                         meta="measured" if record is not None else "expected",
-                         hovertemplate="expert %{x}: %{y} token rows<extra></extra>"))
-    fig.add_trace(go.Scatter(x=[-0.5, experts - 0.5], y=[expected, expected], mode="lines", name="expected B·T·k/E",
-                             line={"color": EXPECTED_COLOUR, "dash": "dash"}, xaxis="x2", yaxis="y2",
-                             hovertemplate=f"uniform routing: B·T·k/E = {rows}·{per_token}/{experts} = "
-                                           f"{expected:.3g} rows<extra></extra>"))
-    bars_bottom = heatmap_px / total
-    layout = {"xaxis2": {"domain": [0.06, 0.98], "anchor": "y2", "range": [-0.5, experts - 0.5],
-                         "showticklabels": record is None, "title": {"text": "expert"} if record is None else None},
-              "yaxis2": {"domain": [bars_bottom + (AXIS_PX / total if every_step else 0), below], "anchor": "x2",
-                         "title": {"text": "token rows"}, "rangemode": "tozero"}}
-    title = (f"<b>Layer {layer} experts</b> at {_label(shown)}: the token rows each expert got ({source})<br>"
-             f"E = {experts} experts, k = {per_token} per token; an expert's GEMMs run on its rows · "
-             f"dashed: B·T·k/E = {expected:.3g}")
-    notes = [{"text": title, "x": 0.06, "y": below, "xref": "paper", "yref": "paper", "xanchor": "left",
-              "yanchor": "bottom", "yshift": 8, "showarrow": False, "font": {"size": 13}, "align": "left"}]
-    if every_step:
-        fig.add_trace(_heatmap(token_weights(steps, layer), pieces))
-        layout |= {"xaxis3": {"domain": [0.06, 0.98], "anchor": "y3", "range": [-0.5, experts - 0.5], "side": "top",
-                              "title": {"text": "expert: below, which experts each token went to (the router's weight)",
-                                        "standoff": 4}, "dtick": 1 if experts <= 32 else None},
+    fig.layout.height = fig.layout.height + PANEL_GAP_PX + BARS_PX + heatmap_px
+    fig.add_traces(_load_traces(record, experts, per_token, rows))
+    span = {"domain": [0.06, 0.98], "range": [-0.5, experts - 0.5]}
+    layout = {"xaxis2": {**span, "anchor": "y2", "showticklabels": weights is None,
+                         "title": {"text": "expert" if weights is None else ""}},
+              "yaxis2": {"domain": [bars_bottom + (AXIS_PX / total if weights is not None else 0), below],
+                         "anchor": "x2", "title": {"text": "token rows"}, "rangemode": "tozero"}}
+    if weights is not None:
+        fig.add_trace(_heatmap(weights, pieces))
+        layout |= {"xaxis3": {**span, "anchor": "y3", "side": "top", "dtick": 1 if experts <= 32 else None,
+                              "title": {"text": "expert: below, which experts each token went to (the router's "
+                                                "weight)", "standoff": 4}},
                    "yaxis3": {"domain": [0, bars_bottom - AXIS_PX / total], "anchor": "x3", "autorange": "reversed",
                               "tickmode": "array", "tickvals": list(range(len(pieces))),
                               "ticktext": [_tick(piece) for piece in pieces], "tickfont": {"size": 10}}}
-    set_layout(fig, **layout, annotations=[*fig.layout.annotations, *notes])
-    return fig
+    source = "counted from the router's measured choices" if record else "expected: shape-only mode routes nothing"
+    title = (f"<b>Layer {layer} experts</b> at {step_label(shown)}: the token rows each expert got ({source})<br>"
+             f"E = {experts} experts, k = {per_token} per token; an expert's GEMMs run on its rows · "
+             f"dashed: B·T·k/E = {expected:.3g}")
+    note = {"text": title, "x": 0.06, "y": below, "xref": "paper", "yref": "paper", "xanchor": "left",
+            "yanchor": "bottom", "yshift": 8, "showarrow": False, "font": {"size": 13}, "align": "left"}
+    return set_layout(fig, **layout, annotations=[*fig.layout.annotations, note])
+
+
+def _load_traces(record: RoutingRecord | None, experts: int, per_token: int, rows: int) -> list:
+    """The bars (measured tokens per expert, or the expected load) and the dashed B·T·k/E line."""
+    expected = rows * per_token / experts
+    counts = record.tokens_per_expert if record is not None else [expected] * experts
+    bars = go.Bar(x=list(range(experts)), y=counts, name="tokens per expert", marker_color=BAR_COLOUR,
+                  xaxis="x2", yaxis="y2", meta="measured" if record is not None else "expected",
+                  hovertemplate="expert %{x}: %{y} token rows<extra></extra>")
+    line = go.Scatter(x=[-0.5, experts - 0.5], y=[expected, expected], mode="lines", name="expected B·T·k/E",
+                      line={"color": EXPECTED_COLOUR, "dash": "dash"}, xaxis="x2", yaxis="y2",
+                      hovertemplate=f"uniform routing: B·T·k/E = {rows}·{per_token}/{experts} = {expected:.3g} "
+                                    "rows<extra></extra>")
+    return [bars, line]
 
 
 def _heatmap(weights: np.ndarray, pieces: list[str]) -> go.Heatmap:
@@ -125,6 +131,3 @@ def _tick(piece: str) -> str:
     text = plain_label(repr(piece)[1:-1])
     return text if len(text) <= 12 else text[:11] + "…"
 
-
-def _label(trace: StepTrace) -> str:
-    return "the prefill" if trace.stage == "prefill" else f"decode step {trace.step_index}"
