@@ -3,7 +3,7 @@
 Stops that are modules or steps of the attention function were timed directly. The rest are
 bounded by their neighbours: GPT-2's sum of token and position embeddings between the position lookup
 and the first norm; RoPE runs between the last projection (or QK-norm) and the cache
-write; a residual add between the end of its branch and the next norm; the MLP activation in the
+write; a residual add between the end of its branch (a MoE layer's: its experts) and the next norm; the MLP activation in the
 gaps after the gate projection (Llama runs silu(gate) before the up projection) and before the down
 projection. Splitting into heads is a view: it launches no kernel, so its wall time is None.
 """
@@ -124,6 +124,9 @@ def _attn_residual(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRec
 
 
 def _mlp_residual(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
+    experts = ev.get("mlp.experts")
+    if experts is not None:  # a MoE layer: the experts' [B*T, d] sum is viewed back as [B, T, d], then added
+        return _residual(name, kind, layer, ev["post_attn_norm"], _ms(experts.end, ev.next_layer_start.start))
     branch = ev["post_mlp_norm"] if family.sandwich_norms else ev["mlp.down_proj"]
     return _residual(name, kind, layer, ev["mlp.down_proj"], _ms(branch.end, ev.next_layer_start.start))
 

@@ -263,6 +263,13 @@ def _pretrained_config(source: str, name: str):
         ) from exc
 
 
+def experts_implementation(config) -> dict[str, str]:
+    """Load arguments that make a mixture-of-experts model run transformers' eager experts (the modeling
+    file's loop over the experts that received tokens, what the trace shows and its routing counts);
+    {} for a dense model. Its default, "grouped_mm", is one fused kernel and refuses some shapes on the CPU."""
+    return {"experts_implementation": "eager"} if traced_family(config.model_type).moe else {}
+
+
 def _check_supported(config, name: str) -> None:
     """Check that `config` describes a causal LM of a family the tracer supports.
 
@@ -298,7 +305,7 @@ def _from_pretrained(source: str, name: str, description: str | None, device: st
     try:
         model = AutoModelForCausalLM.from_pretrained(
             source, config=config, dtype=need.dtype, device_map=placement.device_map,
-            max_memory=placement.max_memory, trust_remote_code=False)
+            max_memory=placement.max_memory, trust_remote_code=False, **experts_implementation(config))
     except (OSError, SafetensorError) as exc:  # SafetensorError: a truncated or garbled .safetensors file
         raise ModelLoadError(f"'{name}' has a config but its weights cannot be read ({_first_line(exc)}). "
                              "Re-download it, or run shape-only with --config.") from exc
