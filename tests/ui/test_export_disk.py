@@ -145,14 +145,18 @@ def test_the_size_is_said_before_the_file_is_written(model, folders, monkeypatch
     monkeypatch.setattr(gr, "Info", lambda message, **kwargs: events.append(("said", message)))
     write = saved.save_run
     monkeypatch.setattr(export, "save_run", lambda *args: events.append(("written", None)) or write(*args))
-    estimated_bytes = export.plan_export(visit).estimated_bytes  # before the export computes the steps' lenses
     path = Path(handlers.on_export_click(visit))
     size_bytes = path.stat().st_size
     (said, message), (written, _) = events
     assert (said, written) == ("said", "written")
-    assert message == f"Writing the run as JSON: about {export.size_text(estimated_bytes)}."
-    assert abs(estimated_bytes / size_bytes - 1) < 0.1
-    assert handlers.on_export_label(visit)["value"] == f"Export run (JSON, about {export.size_text(estimated_bytes)})"
+    said_kb = re.fullmatch(r"Writing the run as JSON: about (\d+) KB\.", message)
+    # the estimate samples the attention matrices the session keeps, which recomputing one can change:
+    # two estimates of one run agree within a few KB, not to the byte
+    estimated_bytes = export.plan_export(visit).estimated_bytes
+    assert said_kb and abs(int(said_kb[1]) * 1024 / estimated_bytes - 1) < 0.01
+    assert abs(int(said_kb[1]) * 1024 / size_bytes - 1) < 0.1
+    label_kb = re.fullmatch(r"Export run \(JSON, about (\d+) KB\)", handlers.on_export_label(visit)["value"])
+    assert label_kb and abs(int(label_kb[1]) * 1024 / estimated_bytes - 1) < 0.01
     assert handlers.on_export_label(None)["value"] == "Export run (JSON)"
 
 
