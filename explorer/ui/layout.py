@@ -29,7 +29,7 @@ from explorer.ui.handlers import PROMPT_INPUTS, SAMPLING_FIELDS, VIEW_INPUTS, WH
 from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
 from explorer.ui.links import LINK_FIELDS, RANGES
 from explorer.ui.models import ModelRegistry
-from explorer.ui.startup import LOADING, ModelFacts, PendingModel, on_model_ready
+from explorer.ui.startup import LOADING_STATUS, ModelFacts, PendingModel, on_model_ready
 from explorer.ui.static import asset_text
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: 
                     c["lesson_btn"] = gr.Button("Lesson", elem_id="lesson-btn", min_width=90)
         # the status line quotes a saved run's description and token text (escaped, explorer.ui.plain): no
         # LaTeX, whose $$ delimiters KaTeX would find again in the rendered text
-        c["status"] = gr.Markdown(LOADING if isinstance(loaded, PendingModel) else "", elem_id="status",
+        c["status"] = gr.Markdown(LOADING_STATUS if isinstance(loaded, PendingModel) else "", elem_id="status",
                                   latex_delimiters=[], label="Status line (Markdown)")
         c |= _questions()
         c["strip"] = gr.HTML(elem_id="token-strip", label="Token strip (HTML)")
@@ -443,12 +443,9 @@ def _wire_model_ready(c: dict, demo: gr.Blocks, pending: PendingModel) -> None:
     """A page opened while the start-up model loads shows it loading on the status line, then the
     model's note, layer range and roofline machine once it is loaded (or why it could not be). In
     the model queue: the events queued after it wait for the load."""
-    def ready(progress=gr.Progress()):
-        return on_model_ready(pending, progress)
-
-    demo.load(ready, None, _named(c, ("status", "model_choice", "layer", "hardware", "prompt",
+    demo.load(functools.partial(on_model_ready, pending), None, _named(c, ("status", "model_choice", "layer", "hardware", "prompt",
                                       "prompt_tokens", "use_chat_template", "system_prompt", "enable_thinking")),
-              concurrency_id=MODEL_QUEUE, show_progress_on=[c["status"]], api_visibility="private")
+              concurrency_id=MODEL_QUEUE, show_progress="hidden", api_visibility="private")  # the text stays readable
 
 
 def _wire_views(c: dict, app: ServedHandlers) -> None:

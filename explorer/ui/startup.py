@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 from explorer.analysis.hardware import THIS_MACHINE
 from explorer.errors import ExplorerError, ModelLoadError
 from explorer.runner.embedded import NAME as EMBEDDED_NAME
+from explorer.ui.plain import markdown_text
 
 if TYPE_CHECKING:
-    import gradio as gr
-
     from explorer.runner.loading import LoadedModel
 
 LOADING = "Loading the model…"
+LOADING_STATUS = f"**{LOADING}** Prefill and the other steps wait for it."  # the status line meanwhile
 # the smollm2-135m preset reads text with the embedded model's tokenizer (explorer.runner.loading)
 PRESETS_WITH_TOKENIZER = ("smollm2-135m",)
 
@@ -132,29 +132,25 @@ class PendingModel:
 
 def ready_text(facts: ModelFacts) -> str:
     """The status line once the start-up model is loaded (Markdown)."""
-    from explorer.ui.plain import markdown_text
-
-    return f"**Model loaded:** {markdown_text(facts.description)}. Type a prompt and press **Prefill**."
+    return f"**Model loaded:** {markdown_text(facts.description)}."
 
 
-def on_model_ready(pending: PendingModel, progress: gr.Progress) -> tuple:
-    """The page's controls once the start-up model is loaded (it waits, "Loading the model…" shown as
-    progress): the status line, the model menu's note, the layer slider's range, the roofline's
-    machine, and the prompt's controls where the model reads no text after all.
+def on_model_ready(pending: PendingModel) -> tuple:
+    """The page's controls once the start-up model is loaded (it waits; the status line says
+    `LOADING_STATUS` meanwhile): the status line, the model menu's note, the layer slider's range,
+    the roofline's machine, and the prompt's controls where the model reads no text after all.
 
     A load that failed is said on the status line (the page stays usable: saved runs, other models).
     """
     import gradio as gr
 
     from explorer.ui.handlers import prompt_label
-    from explorer.ui.plain import markdown_text
 
-    progress(0, desc=LOADING)
     pending.wait()
     try:
         pending.result()
     except ModelLoadError as exc:
-        return (f"**The model could not be loaded.** {markdown_text(str(exc))}", gr.update(info=str(exc)),
+        return (f"**Error:** {markdown_text(str(exc))}", gr.update(info=str(exc)),
                 gr.update(interactive=True), *[gr.skip()] * 6)
     facts = pending.facts
     text = facts.takes_text

@@ -17,7 +17,7 @@ from tiny_models import tiny_model
 
 from explorer.errors import ModelLoadError
 from explorer.runner.loading import load_shape_only
-from explorer.ui.handlers import ServedHandlers, prompt_label
+from explorer.ui.handlers import prompt_label
 from explorer.ui.hosting import LOCAL, Served
 from explorer.ui.models import ModelRegistry
 from explorer.ui.plain import markdown_text
@@ -80,31 +80,29 @@ def test_a_load_that_fails_reaches_the_visitor_as_a_message(model, error, reason
         finally:
             client.close()
     assert status_of(message) == f"error: The model {model.name} could not be loaded: {reason}"
-    status, model_menu, *_ = on_model_ready(pending, lambda *args, **kwargs: None)  # the page's status line
+    status, model_menu, *_ = on_model_ready(pending)  # the page's status line
     said = f"The model {model.name} could not be loaded: {reason}"
-    assert status == f"**The model could not be loaded.** {markdown_text(said)}" and model_menu["info"] == said
+    assert status == f"**Error:** {markdown_text(said)}" and model_menu["info"] == said
 
 
-def test_the_page_follows_the_model_once_loaded_and_shows_its_progress_meanwhile(model):
+def test_the_page_follows_the_model_once_it_is_loaded(model):
     gate = threading.Event()
     pending = loading(model, gate)
     served = Served.create(ModelRegistry(pending), LOCAL)
     assert served.registry.facts == ModelFacts(model.name, False, True, LOADING)  # no layer count yet
-    shown = []
-    threading.Timer(0.2, gate.set).start()
-    status, model_menu, layer, hardware, *prompt = on_model_ready(pending, lambda *a, **k: shown.append(k["desc"]))
-    assert shown == [LOADING]
+    threading.Timer(0.2, gate.set).start()  # the page's event waits for the load
+    status, model_menu, layer, hardware, *prompt = on_model_ready(pending)
     assert status.startswith("**Model loaded:**") and model_menu["info"] == model.description
     assert layer["maximum"] == model.model.config.num_hidden_layers - 1 and hardware == "this-machine"
     assert prompt == [gr.skip()] * 5  # a text model, as expected: the prompt's controls stay
-    assert ServedHandlers(served).served.registry.get(served.registry.default_choice) is model
+    assert served.registry.get(served.registry.default_choice) is model
 
 
 def test_a_model_without_the_expected_tokenizer_swaps_the_prompt_for_its_length(model):
     untokenized = replace(model, tokenizer=None)  # a real model's folder without a tokenizer
     pending = PendingModel(ModelFacts.expected(model.name), lambda: untokenized)
     pending.start()
-    *_, label, length, chat, system, thinking = on_model_ready(pending, lambda *args, **kwargs: None)
+    *_, label, length, chat, system, thinking = on_model_ready(pending)
     assert label["label"] == prompt_label(False) and length["visible"] is True
     assert [chat["visible"], system["visible"], thinking["visible"]] == [False] * 3
 
