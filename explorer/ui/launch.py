@@ -17,6 +17,8 @@ import traceback
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+READY = "Model loaded:"  # the line on stderr once the start-up model is loaded and warmed up
+
 
 DESCRIPTION = ("Start the LLM Inference Explorer in the browser: type a prompt, then step through the model's "
                "prefill and decode steps, with every tensor shape, the attention, the KV cache, the sampling "
@@ -94,14 +96,14 @@ def serve(args: argparse.Namespace) -> None:
         demo.launch(server_name=args.host, server_port=args.port, prevent_thread_lock=True, **launch_options(limits))
     except OSError as exc:
         sys.exit(f"error: cannot serve on {args.host}:{args.port} ({exc}). Pick another port with --port.")
-    pending.start()  # after the server is up: the imports below would slow its own
+    pending.start()  # once the server is up: the loading thread's imports would slow its start
     demo.block_thread()
 
 
 def load_start_model(args: argparse.Namespace):
     """Import the runner, pick the device and load (and warm up) the model of `args`
-    (`explorer.runner.loading.load`), its progress on stderr; a failure is printed as one line
-    ("error: ...", with the traceback if it is not one of the explorer's errors) and raised.
+    (`explorer.runner.loading.load`), its progress on stderr, then a `READY` line; a failure is printed
+    as one line ("error: ...", with the traceback if it is not one of the explorer's errors) and raised.
 
     Run in the loading thread only: every runner module the app's handlers import is imported here,
     before any handler may (transformers imports its parts lazily, and two threads importing them
@@ -118,11 +120,13 @@ def load_start_model(args: argparse.Namespace):
         from explorer.runner.devices import pick_device
         from explorer.runner.loading import load
 
-        return load(model=args.model, config=args.config, device=pick_device(args.device), dtype=args.dtype,
-                    progress=lambda message: print(message, file=sys.stderr))
+        loaded = load(model=args.model, config=args.config, device=pick_device(args.device), dtype=args.dtype,
+                      progress=lambda message: print(message, file=sys.stderr))
     except ExplorerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise
     except Exception:
         traceback.print_exc()
         raise
+    print(f"{READY} {loaded.description}", file=sys.stderr)
+    return loaded
