@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
-    served, loaded = zip(*(start_times(free_port()) for _ in range(args.runs)))
+    served, loaded = zip(*(start_times(free_port()) for _ in range(args.runs)), strict=True)
     print(f"warm start -> page served: median {statistics.median(served):.1f} s "
           f"(runs: {', '.join(f'{s:.1f}' for s in served)}; target <= 6 s)")
     print(f"warm start -> model loaded behind it: median {statistics.median(loaded):.1f} s "

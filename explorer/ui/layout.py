@@ -443,9 +443,11 @@ def _wire_model_ready(c: dict, demo: gr.Blocks, pending: PendingModel) -> None:
     """A page opened while the start-up model loads shows it loading on the status line, then the
     model's note, layer range and roofline machine once it is loaded (or why it could not be). In
     the model queue: the events queued after it wait for the load."""
-    demo.load(functools.partial(on_model_ready, pending), None, _named(c, ("status", "model_choice", "layer", "hardware", "prompt",
-                                      "prompt_tokens", "use_chat_template", "system_prompt", "enable_thinking")),
-              concurrency_id=MODEL_QUEUE, show_progress="hidden", api_visibility="private")  # the text stays readable
+    outputs = _named(c, ("status", "model_choice", "layer", "hardware", "prompt", "prompt_tokens", "use_chat_template",
+                         "system_prompt", "enable_thinking"))
+    # no progress shown: its fading would make the status line's "Loading the model…" hard to read
+    demo.load(functools.partial(on_model_ready, pending), None, outputs, concurrency_id=MODEL_QUEUE,
+              show_progress="hidden", api_visibility="private")
 
 
 def _wire_views(c: dict, app: ServedHandlers) -> None:
