@@ -40,7 +40,7 @@ from transformers import DynamicCache
 
 from explorer.config import SamplingSettings
 from explorer.figures.views import ViewOptions
-from explorer.runner.loading import load_model
+from explorer.runner.loading import load
 from explorer.runner.session import InferenceSession
 from explorer.ui.hosting import LOCAL
 from explorer.ui.views import Visit, render
@@ -192,7 +192,7 @@ def main() -> None:
     torch.set_grad_enabled(False)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    loaded = load_model(device="cpu")
+    loaded = load(device="cpu")  # as the app and the CLI start: then `settle`
     print(f"load average before: {os.getloadavg()[0]:.1f} (2 cores; above 2, other work shares them)")
     print_table(run(loaded, args.prompt_tokens, args.steps, args.layer))
     print(f"load average after: {os.getloadavg()[0]:.1f}")

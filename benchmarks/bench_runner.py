@@ -22,7 +22,7 @@ import torch
 from transformers import DynamicCache
 
 from explorer.config import SamplingSettings
-from explorer.runner.loading import load_model
+from explorer.runner.loading import load
 from explorer.runner.session import InferenceSession
 
 TEXT = "The quick brown fox jumps over the lazy dog while the river runs to the sea. "
@@ -113,7 +113,7 @@ def main() -> None:
     torch.set_grad_enabled(False)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    loaded = load_model(device="cpu")
+    loaded = load(device="cpu")  # as the app and the CLI start: then `settle`
     if args.only in (None, "decode"):
         bench_decode(loaded, args.steps)
     if args.only in (None, "prefill"):

@@ -29,6 +29,7 @@ PRESET_SOURCES = {
     "smollm2-135m": "HuggingFaceTB/SmolLM2-135M",
     "mistral-7b": "mistralai/Mistral-7B-v0.1",
     "gpt2": "openai-community/gpt2",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
 }
 
 

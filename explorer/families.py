@@ -27,11 +27,15 @@ class Family:
     Attributes:
         model_type: the HF `model_type`, e.g. "llama", "gemma3_text".
         traced: the runner hooks its modules and the analysis predicts its shapes; False: only the
-            cost model and parameter counts know it (the MoE families, for now).
+            cost model and parameter counts know it.
         layers: attribute path of the decoder layers in the `*ForCausalLM` model.
         top_modules: stop outside the layers -> attribute path in the `*ForCausalLM` model.
         layer_modules: layer-relative stop -> attribute path in one decoder layer, for every stop
             that is a module (the others are timed between modules, see `explorer.runner.assemble`).
+            In a MoE layer its "mlp." stops give way to `moe_modules` (`modules_of`).
+        moe_modules: the MLP stops of a mixture-of-experts layer -> attribute path in the layer: the
+            router ("mlp.router": logits, top-k weights and expert ids) and the experts ("mlp.experts":
+            every routed expert's MLP and the weighted sum), as `*SparseMoeBlock.gate` and `.experts`.
         config_names: the config's field names: "llama" (hidden_size, num_hidden_layers, ...) or
             "gpt2" (n_embd, n_layer, n_head, n_inner, n_positions).
         norm: "rmsnorm" (weight only) or "layernorm" (weight and bias).
@@ -52,7 +56,8 @@ class Family:
         windows: how the config's `sliding_window` applies: "none" (the family has no sliding
             window), "all" (every layer: Mistral, Phi-3, Mixtral, Qwen3-MoE) or "layer_types"
             (the layers the config's `layer_types` marks "sliding_attention": Qwen2, Qwen3, Gemma 3).
-        moe: the MLP is a mixture of experts (on the layers the config says).
+        moe: the MLP is a mixture of experts (on the layers the config says: Qwen3-MoE's
+            `mlp_only_layers` and `decoder_sparse_step` keep some dense).
         conv1d: the layers' projections are `Conv1D` modules, weights stored [in_features, out_features]
             and applied as X · W + b (GPT-2); else `nn.Linear`, [out_features, in_features], X · Wᵀ + b.
     """
@@ -62,6 +67,7 @@ class Family:
     layers: str = "model.layers"
     top_modules: Mapping[str, str] = field(default_factory=dict, hash=False)
     layer_modules: Mapping[str, str] = field(default_factory=dict, hash=False)
+    moe_modules: Mapping[str, str] = field(default_factory=dict, hash=False)
     config_names: str = "llama"
     norm: str = "rmsnorm"
     sandwich_norms: bool = False
@@ -79,6 +85,14 @@ class Family:
     windows: str = "none"
     moe: bool = False
     conv1d: bool = False
+
+    def modules_of(self, moe: bool) -> Mapping[str, str]:
+        """Layer-relative stop -> path of the modules of a dense layer, or of a MoE layer (`moe`: the
+        router and the experts in place of the dense MLP's projections)."""
+        if not moe:
+            return self.layer_modules
+        dense = {stop: path for stop, path in self.layer_modules.items() if not stop.startswith("mlp.")}
+        return _paths(dense, self.moe_modules)
 
 
 def _paths(*groups: Mapping[str, str]) -> Mapping[str, str]:
@@ -98,6 +112,10 @@ _DOWN = {"mlp.down_proj": "mlp.down_proj"}
 _QK_NORM = {"attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm"}
 _MLP_NORMS = {"pre_mlp_norm": "pre_feedforward_layernorm", "post_mlp_norm": "post_feedforward_layernorm"}
 _LLAMA_LAYER = _paths(_NORMS, _QKV, _O, _GATE_UP, _DOWN)
+# Mixtral and Qwen3-MoE (modeling_mixtral.py, modeling_qwen3_moe.py): `mlp` is a `*SparseMoeBlock` whose
+# `gate` (`*TopKRouter`) returns (router logits [B*T, E], top-k weights [B*T, k], expert ids [B*T, k]) and
+# whose `experts` (`*Experts`, 3-D weights) runs each routed expert on its tokens and sums them, weighted.
+_MOE = _paths({"mlp.router": "mlp.gate", "mlp.experts": "mlp.experts"})
 # GPT-2 (modeling_gpt2.py): Conv1D projections ([in, out] weights), one `c_attn` for Q, K and V, a
 # `c_fc` -> GELU -> `c_proj` MLP, and the learned position table `wpe` beside the token table `wte`.
 _GPT2_TOP = _paths({"embed": "transformer.wte", "pos_embed": "transformer.wpe", "final_norm": "transformer.ln_f",
@@ -120,8 +138,9 @@ _ENTRIES = [
            layer_modules=_paths(_NORMS, {"attn.qkv_proj": "self_attn.qkv_proj"}, _O,
                                 {"mlp.gate_up_proj": "mlp.gate_up_proj"}, _DOWN),
            fused_qkv=True, fused_gate_up=True, windows="all"),
-    Family("mixtral", traced=False, windows="all", moe=True),
-    Family("qwen3_moe", traced=False, qk_norm=True, windows="all", moe=True),
+    Family("mixtral", top_modules=_TOP, layer_modules=_LLAMA_LAYER, moe_modules=_MOE, windows="all", moe=True),
+    Family("qwen3_moe", top_modules=_TOP, layer_modules=_paths(_LLAMA_LAYER, _QK_NORM), moe_modules=_MOE,
+           qk_norm=True, windows="all", moe=True),
     Family("gpt2", layers="transformer.h", top_modules=_GPT2_TOP, layer_modules=_GPT2_LAYER,
            config_names="gpt2", norm="layernorm",
            activation="gelu_tanh", gated_mlp=False, fused_qkv=True, qkv_bias=True, o_bias=True, mlp_bias=True,

@@ -117,15 +117,24 @@ def _prefill_decode(i: LessonInputs) -> str:
 
 def _one_layer(i: LessonInputs) -> str:
     spec, step = _spec(i), i.run.steps[i.step]
-    h_q, h_kv, d_h, d, d_ff = spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.hidden_size, spec.intermediate_size
+    h_q, h_kv, d_h, d = spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.hidden_size
     scores = _output_shape(i.run.steps[0], i.layer, "attn.scores")
     decode_scores = _output_shape(step, i.layer, "attn.scores")
     return (f"Layer {i.layer} of {spec.n_layers}; every layer runs these stops with its own weights (×{spec.n_layers}). "
             f"Attention: a norm, then q/k/v projections ({d} → {h_q * d_h} for Q, {d} → {h_kv * d_h} for K and V: "
             f"{h_q} query heads, {h_kv} KV heads of d_h = {d_h}), RoPE, the KV-cache write, scores "
             f"**{scores}** at the prefill but **{decode_scores}** at {_label(step)} (one query row), softmax, "
-            f"the weighted sum and o_proj, added back to the stream. The MLP: {d} → {d_ff} → {d}, added back. "
+            f"the weighted sum and o_proj, added back to the stream. {_mlp_sentence(spec, i.layer)} "
             "Shapes are measured by hooks on the real modules.")
+
+
+def _mlp_sentence(spec, layer: int) -> str:
+    d, d_ff = spec.hidden_size, spec.intermediate_size
+    if not spec.moe_layers[layer]:
+        return f"The MLP: {d} → {spec.dense_intermediate_size} → {d}, added back."
+    return (f"The MLP is a mixture of experts: a router scores the {spec.n_experts} experts for each token and "
+            f"sends it to the best {spec.experts_per_token}; each expert runs {d} → {d_ff} → {d} on the tokens "
+            "it got, and their outputs are summed, weighted by the router, then added back.")
 
 
 def _memory_bound(i: LessonInputs) -> str:
@@ -303,7 +312,7 @@ def _of(costs: StepCosts, hardware: Hardware) -> StepRoofline:
 
 def _gemm_intensity(roofline: StepRoofline) -> float:
     """The weight GEMMs' FLOPs over their bytes, together."""
-    gemms = [p.cost for p in roofline.points if p.cost.kind == "gemm"]
+    gemms = [p.cost for p in roofline.points if p.cost.kind in ("gemm", "experts")]
     return sum(c.flops for c in gemms) / sum(c.bytes for c in gemms)
 
 

@@ -27,7 +27,7 @@ from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, SamplingSettingsError
 from explorer.run import PromptInputs
-from explorer.trace import KVSnapshot, LensRecord, OpRecord, StepTrace
+from explorer.trace import KVSnapshot, LensRecord, OpRecord, RoutingRecord, StepTrace
 
 # A 39-token, 3-step run of the embedded model is 10.9 MB, and each further decode step adds about
 # 2.3 MB (its logits through the sampling stages): 512 MiB holds some 200 steps. Parsing a file this
@@ -39,14 +39,16 @@ MAX_WHOLE = 2**63  # nothing in a run is this large (a seed is below 2^63)
 MAX_DIM = 2**31 - 1  # token ids, lengths and tensor dimensions
 MAX_LINE_CHARS = 1_000  # a model's name, its one-line description, a stop's name, a token's piece
 OP_KINDS = frozenset({"gather", "norm", "gemm", "reshape", "rope", "cache_write", "broadcast", "batched_gemm",
-                      "softmax", "elementwise", "sample", "tokenize", "detokenize"})  # `OpRecord.kind`
+                      "softmax", "elementwise", "experts", "sample", "tokenize", "detokenize"})  # `OpRecord.kind`
 FILTERS = ("temperature", "top_k", "top_p", "min_p")  # the sampling stages after "raw", in generate's order
 FINISH_REASONS = frozenset({"", "eos", "max_new_tokens", "context_full"})
 DEVICE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:\d{1,3})?")  # what `str(torch.device)` gives for these
 TOKEN_KEY = re.compile(r"\d{1,10}")
 RUN_KEYS = ("model", "description", "config", "ids", "text", "pieces", "traces")
 TRACE_KEYS = tuple(f.name for f in fields(StepTrace))  # and "lens" where there is one (not in runs saved before it)
-OPTIONAL_TRACE_KEYS = ("batch_texts",)  # absent from runs saved before a batch's texts were
+# absent from runs saved before a batch's texts were, and before mixture-of-experts routing was kept
+OPTIONAL_TRACE_KEYS = ("batch_texts", "routing")
+ROUTING_KEYS = tuple(f.name for f in fields(RoutingRecord))
 LENS_KEYS = tuple(f.name for f in fields(LensRecord))
 EQUIVALENCE_KEYS = tuple(f.name for f in fields(EquivalenceResult))
 COMPARISON_KEYS = tuple(f.name for f in fields(Comparison))
@@ -201,6 +203,8 @@ def _check_trace(trace, where: str, index: int, run: _Run) -> None:
         _fail(f"{where}.context_length", f"{context} (the tokens fed so far)", trace["context_length"])
     _check_kv(trace["kv"], f"{where}.kv", run, context)
     _check_ops(trace["ops"], f"{where}.ops", run, len(ids), index == 0)
+    if trace.get("routing"):
+        _check_routing(trace["routing"], f"{where}.routing", run, run.batch * len(ids))
     for i, token_id in enumerate(ids):  # after the prefill's ops, which give the vocabulary
         _whole(token_id, f"{where}.input_ids[{i}]", high=run.vocab - 1, what="a token id")
     _check_attention(trace["attention"], f"{where}.attention", run, len(ids), context, index == 0)
@@ -284,6 +288,29 @@ def _check_ops(ops, where: str, run: _Run, tokens: int, prefill: bool) -> None:
             _fail(where, f"the stops of each of the {run.n_layers} layers")
 
 
+def _check_routing(routing, where: str, run: _Run, rows: int) -> None:
+    """Each mixture-of-experts layer's routing, layers in increasing order: E experts, and for each of the
+    B*T token rows k distinct expert ids below E and k weights in [0, 1]."""
+    previous = -1
+    for i, record in enumerate(_list(routing, where)):
+        at = f"{where}[{i}]"
+        _object(record, at, ROUTING_KEYS, exact=True)
+        layer = _whole(record["layer"], f"{at}.layer", high=run.n_layers - 1, what="a layer index")
+        if layer <= previous:
+            _fail(f"{at}.layer", "layers in increasing order, each once", layer)
+        previous = layer
+        experts = _whole(record["n_experts"], f"{at}.n_experts", low=1)
+        ids = _list(record["expert_ids"], f"{at}.expert_ids", length=rows, what=f"one row per token row ({rows})")
+        k = len(_list(ids[0], f"{at}.expert_ids[0]")) if ids else 1
+        _array(ids, f"{at}.expert_ids", [rows, k])
+        for row in ids:
+            if len(set(row)) != k or not all(type(e) is int and 0 <= e < experts for e in row):
+                _fail(f"{at}.expert_ids", f"rows of {k} distinct expert ids below {experts}", row)
+        _array(record["weights"], f"{at}.weights", [rows, k])
+        if rows and not 0 <= np.min(record["weights"]) <= np.max(record["weights"]) <= 1 + 1e-3:
+            _fail(f"{at}.weights", "routing weights in [0, 1]")
+
+
 def _check_attention(attention, where: str, run: _Run, tokens: int, context: int, prefill: bool) -> None:
     """Each layer's probabilities: [h_q, tokens, tokens] in the prefill, [h_q, 1, <= context] in a
     decode step, h_q a multiple of the layer's KV heads; null where the session gave them up."""
@@ -303,6 +330,11 @@ def _check_attention(attention, where: str, run: _Run, tokens: int, context: int
                                  f"layer's {run.kv_heads[layer]} KV heads, then {expected}", record["shape"])
         if record["probs"] is not None:
             _array(record["probs"], f"{at}.probs", [heads, rows, keys])
+        if record.get("first_key_sums") is not None:  # absent from runs saved before them
+            sums = _list(record["first_key_sums"], f"{at}.first_key_sums", length=heads,
+                         what=f"one sum per query head ({heads})")
+            for i, value in enumerate(sums):
+                _number(value, f"{at}.first_key_sums[{i}]", low=0, high=rows)
 
 
 def _check_outcome(trace: dict, where: str, vocab: int) -> None:

@@ -5,7 +5,8 @@ same names, so the two can be compared stop by stop. Pure Python (no torch).
 
 Names: `tokenize`, `embed` (GPT-2: then `pos_embed` and `embed_add`), `layers.{i}.<stop>` (`stop_name`),
 `final_norm`, `lm_head`, `sample`, `detokenize`. Which stops a layer has comes from its family
-(`explorer.families`).
+(`explorer.families`) and, in a mixture-of-experts model, from whether the layer routes: a MoE layer's
+MLP is `mlp.router` then `mlp.experts` (`MOE_STOPS`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import functools
 from explorer.families import Family
 
 _LAYER_PREFIX = "layers."
+# A mixture-of-experts MLP: the router (logits [B*T, E], then softmax, top-k and the weights) and the
+# experts (each routed expert's gate/up, activation and down on its tokens, then the weighted sum).
+MOE_STOPS = [("mlp.router", "gemm"), ("mlp.experts", "experts")]
 
 
 def stop_name(layer: int | None, stop: str) -> str:
@@ -68,25 +72,30 @@ def _mlp_stops(family: Family) -> list[tuple[str, str]]:
     return projections + [("mlp.act", "elementwise"), ("mlp.down_proj", "gemm")]
 
 
-def layer_stops(family: Family) -> list[tuple[str, str]]:
-    """(name relative to the layer, kind) for one decoder layer of a traced family, in execution order."""
+def layer_stops(family: Family, moe: bool = False) -> list[tuple[str, str]]:
+    """(name relative to the layer, kind) for one decoder layer of a traced family, in execution order;
+    `moe`: a layer whose MLP is a mixture of experts (`MOE_STOPS`)."""
     stops = [("input_norm", "norm")] + _attention_stops(family)
+    mlp = MOE_STOPS if moe else _mlp_stops(family)
     if family.sandwich_norms:
         stops += [("post_attn_norm", "norm"), ("attn_residual", "elementwise"), ("pre_mlp_norm", "norm")]
-        stops += _mlp_stops(family) + [("post_mlp_norm", "norm"), ("mlp_residual", "elementwise")]
+        stops += mlp + [("post_mlp_norm", "norm"), ("mlp_residual", "elementwise")]
     else:
         stops += [("attn_residual", "elementwise"), ("post_attn_norm", "norm")]
-        stops += _mlp_stops(family) + [("mlp_residual", "elementwise")]
+        stops += mlp + [("mlp_residual", "elementwise")]
     return stops
 
 
-def stop_table(family: Family, n_layers: int, stage: str) -> list[tuple[str, str, int | None]]:
+def stop_table(family: Family, n_layers: int, stage: str,
+               moe_layers: tuple[bool, ...] = ()) -> list[tuple[str, str, int | None]]:
     """Every stop of a step, in execution order, as (canonical name, kind, layer index or None).
 
     Args:
         family: the model's family (`explorer.families.traced_family`).
         n_layers: number of decoder layers L.
         stage: "prefill" (starts with `tokenize`) or "decode" (the new token is already an id).
+        moe_layers: per layer, whether its MLP is a mixture of experts (`ModelSpec.moe_layers`);
+            () for a dense model.
     """
     table: list[tuple[str, str, int | None]] = []
     if stage == "prefill":
@@ -95,7 +104,8 @@ def stop_table(family: Family, n_layers: int, stage: str) -> list[tuple[str, str
     if family.positions == "learned":  # GPT-2: the position table's rows, added to the token embeddings
         table += [("pos_embed", "gather", None), ("embed_add", "elementwise", None)]
     for layer in range(n_layers):
-        table += [(stop_name(layer, name), kind, layer) for name, kind in layer_stops(family)]
+        moe = bool(moe_layers) and moe_layers[layer]
+        table += [(stop_name(layer, name), kind, layer) for name, kind in layer_stops(family, moe)]
     table += [
         ("final_norm", "norm", None),
         ("lm_head", "gemm", None),

@@ -71,10 +71,57 @@ class AttentionRecord:
         layer: decoder layer index.
         shape: [n_heads, q_len, kv_len]: prefill [h_q, T, T], decode [h_q, 1, n] (a sliding-window
             layer: kv_len up to its window).
+        first_key_sums: [n_heads] each head's sum over this step's queries of its probability on the
+            layer's first key, in float64, taken in the step from the probabilities it computed (the
+            attention sinks read these, `explorer.analysis.sinks`); None on the meta device and in runs
+            saved before them.
     """
 
     layer: int
     shape: Shape
+    first_key_sums: list[float] | None = None
+
+
+@dataclass(frozen=True)
+class RoutingRecord:
+    """One mixture-of-experts layer's routing in one step, as its router (`mlp.gate`) returned it:
+    measured by a hook, not recomputed.
+
+    Attributes:
+        layer: decoder layer index.
+        n_experts: E, the layer's routed experts.
+        expert_ids: [B*T, k] ints: the experts each token row went to (row b*T + t), highest weight first.
+        weights: [B*T, k] float32: their weights in the sum of the experts' outputs (Mixtral: the top-k
+            softmax probabilities renormalised to sum to 1; Qwen3-MoE: renormalised only with
+            `norm_topk_prob`, else the probabilities over all E).
+    """
+
+    layer: int
+    n_experts: int
+    expert_ids: list[list[int]]
+    weights: np.ndarray
+
+    @property
+    def tokens_per_expert(self) -> list[int]:
+        """[E] how many (token row, slot) pairs chose each expert: the rows of that expert's GEMMs
+        (tokens_e; they sum to B*T*k, each token choosing k distinct experts)."""
+        return np.bincount(np.asarray(self.expert_ids, dtype=np.int64).ravel(), minlength=self.n_experts).tolist()
+
+    @property
+    def experts_hit(self) -> int:
+        """Experts that received at least one token: the experts whose weights the step read."""
+        return sum(1 for count in self.tokens_per_expert if count)
+
+    def to_dict(self) -> dict:
+        """A dict that `dumps` writes as strict JSON (the weights kept as a numpy array)."""
+        return {"layer": self.layer, "n_experts": self.n_experts, "expert_ids": [list(row) for row in self.expert_ids],
+                "weights": self.weights}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RoutingRecord:
+        """The inverse of `to_dict`."""
+        return cls(int(data["layer"]), int(data["n_experts"]), [list(row) for row in data["expert_ids"]],
+                   float32_array(data["weights"]))
 
 
 @dataclass(frozen=True)
@@ -185,6 +232,8 @@ class StepTrace:
         shape_only: True when run on the meta device (no values: logits, attention and sampling empty).
         batch_texts: a batch of real prompts: each sequence's generated text after this step, special
             tokens left out (`logits`, `sampling` and `token_text` are sequence 0's); else empty.
+        routing: each mixture-of-experts layer's routing (`RoutingRecord`), in layer order; empty for a
+            dense model and in shape-only mode (no values to route by).
 
     The step's logit lens is not here: it is computed on request (`explorer.run.Run.lens`).
     """
@@ -206,6 +255,7 @@ class StepTrace:
     device: str = "cpu"
     shape_only: bool = False
     batch_texts: list[str] = field(default_factory=list)
+    routing: list[RoutingRecord] = field(default_factory=list)
 
     def op(self, name: str) -> OpRecord:
         """The stop called `name`. Raises KeyError if the step has no such stop."""
@@ -224,6 +274,7 @@ class StepTrace:
         for name in ("ops", "kv", "attention"):  # records of ints, strings and lists of ints: no array in them
             data[name] = [_record_dict(record) for record in data[name]]
         data["sampling"] = None if self.sampling is None else asdict(self.sampling)
+        data["routing"] = [record.to_dict() for record in self.routing]
         return data
 
     @classmethod
@@ -232,12 +283,13 @@ class StepTrace:
         data = dict(data)
         data["ops"] = [OpRecord(**op) for op in data["ops"]]
         data["kv"] = [KVSnapshot(**kv) for kv in data["kv"]]
-        data["attention"] = [AttentionRecord(a["layer"], a["shape"]) for a in data["attention"]]
+        data["attention"] = [AttentionRecord(a["layer"], a["shape"], a.get("first_key_sums")) for a in data["attention"]]
         data["logits"] = float32_array(data["logits"])
         if data["sampling"] is not None:
             s = data["sampling"]
             stages = [SamplingStage(st["name"], float32_array(st["logits"])) for st in s["stages"]]
             data["sampling"] = SamplingRecord(s["settings"], stages, s["token_id"], s["token_prob"])
+        data["routing"] = [RoutingRecord.from_dict(record) for record in data.get("routing") or []]
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

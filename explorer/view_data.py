@@ -25,7 +25,7 @@ from explorer.trace import StepTrace
 
 # step index -> (its trace, [L, h] column sums of its attention on the first token): what a front end
 # keeps so that each step's sinks are computed once (`every_layer_sinks`).
-SinkSums = dict[int, tuple[StepTrace, np.ndarray]]
+SinkSums = dict[int, tuple[StepTrace, np.ndarray | None]]
 
 
 def view_data(run: Run, attention: AttentionSource, options: ViewOptions, view: str,
@@ -83,21 +83,33 @@ def render(run: Run, attention: AttentionSource, options: ViewOptions, view: str
 
 def every_layer_sinks(run: Run, attention: AttentionSource, step: int, held: SinkSums) -> np.ndarray | None:
     """[L, h] float64: the first token's importance for every layer and head at `step` (`explorer.analysis.sinks`),
-    from every layer's attention at each step up to it; each step's sums are computed once and kept in
-    `held` (a 512-token prefill of the embedded model reads its 30 layers' matrices once: see the README).
-    None where the run lacks some layer's attention (a saved run that left it out)."""
+    from each step's sums over its queries of the weight on the first key: the ones the step took as it
+    ran (`AttentionRecord.first_key_sums`), else (a run saved before them) from every layer's matrix,
+    computed once per step and kept in `held` (a 2,048-token prefill of the embedded model: its 30
+    layers' matrices, about 15 s here). None where neither is there (a saved run that left attention out)."""
     sums = []
     for index in range(step + 1):
         trace = run.steps[index]
         kept = held.get(index)
         if kept is None or kept[0] is not trace:  # a branch replaced the step
-            if not all(attention.has(index, layer) for layer in range(len(trace.attention))):
-                return None
-            kept = trace, np.stack([first_token_column_sum(attention.probs(index, layer), trace.context_length)
-                                    for layer in range(len(trace.attention))])
+            kept = trace, _first_key_sums(trace, attention)
             held[index] = kept
+        if kept[1] is None:
+            return None
         sums.append(kept[1])
     return np.sum(sums, axis=0) / run.steps[step].context_length
+
+
+def _first_key_sums(trace: StepTrace, attention: AttentionSource) -> np.ndarray | None:
+    """[L, h] float64: each layer's sums over the step's queries of the weight on key 0 (0 for a
+    sliding-window layer whose keys no longer start at the first token); None where unknown."""
+    records, n = trace.attention, trace.context_length
+    if all(record.first_key_sums is not None for record in records):
+        return np.array([record.first_key_sums if record.shape[2] >= n else [0.0] * record.shape[0]
+                         for record in records], dtype=np.float64)
+    if not all(attention.has(trace.step_index, record.layer) for record in records):
+        return None
+    return np.stack([first_token_column_sum(attention.probs(trace.step_index, record.layer), n) for record in records])
 
 
 def roofline_machine(run: Run, hardware: str, saved: bool = False) -> Hardware:

@@ -3,7 +3,7 @@
 Dimensions (odd on purpose, so a swapped axis fails a shape test): vocab 101, hidden 48, 6 query
 heads, 2 KV heads, head_dim 10 (not hidden / heads), 3 layers, intermediate 37, context 160.
 GPT-2 names its fields differently and has no KV heads of its own (h_kv = h_q) nor a head_dim field
-(d_h = d / h = 8): `GPT2_DIMS`.
+(d_h = d / h = 8): `GPT2_DIMS`. The mixture-of-experts families route each token to k = 4 of E = 7 experts.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig, PreTrainedTokenizerFast
 
-from explorer.runner.loading import LoadedModel
+from explorer.runner.loading import LoadedModel, experts_implementation
 
 VOCAB = 101
 DIMS = dict(
@@ -30,6 +30,10 @@ FAMILY_EXTRAS = {
     "phi3": {"pad_token_id": 0},
     "gemma3_text": {"query_pre_attn_scalar": 10, "sliding_window": 7, "layer_types": None},
     "gpt2": {},
+    # E = 7 experts, k = 4 per token (distinct from every dimension above); Mixtral's experts are
+    # intermediate_size (37) wide, Qwen3-MoE's moe_intermediate_size (19), and its layer 1 stays dense.
+    "mixtral": {"sliding_window": None, "num_local_experts": 7, "num_experts_per_tok": 4},
+    "qwen3_moe": {"num_experts": 7, "num_experts_per_tok": 4, "moe_intermediate_size": 19, "mlp_only_layers": [1]},
 }
 CHAT_TEMPLATE = (
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
@@ -66,7 +70,7 @@ def tiny_model(family: str, seed: int = 0, **overrides) -> LoadedModel:
     """A tiny random float32 model of `family` on the CPU with the character tokenizer."""
     torch.manual_seed(seed)
     config = tiny_config(family, **overrides)
-    model = AutoModelForCausalLM.from_config(config).eval()
+    model = AutoModelForCausalLM.from_config(config, **experts_implementation(config)).eval()
     model.generation_config = GenerationConfig(eos_token_id=1, pad_token_id=0)
     return LoadedModel(model=model, tokenizer=char_tokenizer(), name=f"tiny-{family}",
                        description=f"tiny random {family}", shape_only=False, device="cpu",

@@ -217,24 +217,45 @@ def experts_touched(n_experts: int, experts_per_token: int, routed_tokens: int) 
 
 
 def mlp_costs(spec: ModelSpec, layer: int, step: Step, options: CostOptions) -> list[OpCost]:
-    """Gate/up (or merged gate_up, or GPT-2's up), activation and down; for MoE the router and experts.
-
-    A MoE layer sends each of the B*T rows to k experts: the expert GEMMs process B*T*k rows and
-    read the weights of `experts_touched` experts.
-    """
+    """Gate/up (or merged gate_up, or GPT-2's up), activation and down; for MoE the router and the experts
+    (`moe_costs`)."""
     linears = mlp_linears(spec, layer, options.merged_projections)
-    rows, read = step.rows, 1.0
-    costs = []
     if spec.moe_layers[layer]:
-        costs.append(_linear(linears.pop(0), layer, rows, options))
-        read = experts_touched(spec.n_experts, spec.experts_per_token, rows)
-        rows *= spec.experts_per_token
+        return moe_costs(spec, layer, step, options, linears)
     *inner, down = linears
-    costs += [_linear(linear, layer, rows, options, read) for linear in inner]
-    width = down.in_features
+    costs = [_linear(linear, layer, step.rows, options) for linear in inner]
+    return costs + [_activation_cost(spec, "mlp.act", layer, step.rows, down.in_features, options),
+                    _linear(down, layer, step.rows, options)]
+
+
+def moe_costs(spec: ModelSpec, layer: int, step: Step, options: CostOptions, linears: list[Linear]) -> list[OpCost]:
+    """A mixture-of-experts MLP as two stops: "mlp.router" and "mlp.experts".
+
+    The router is the [B*T, d] x [d, E] GEMM (its softmax and top-k over E per row are left out: E
+    values a row against the GEMM's 2*d*E FLOPs). "mlp.experts" sums every routed expert's gate/up
+    GEMMs, activation and down GEMM over B*T*k rows in all (each row goes to k distinct experts, so
+    the rows are the same whatever the routing), then the weighted sum of each row's k outputs (a
+    multiply and an add per element). Only the weights of the experts that received tokens are read:
+    `step.experts_hit[layer]` where the routing was executed, else the uniform expectation
+    `experts_touched`.
+    """
+    router, *inner, down = linears
+    hit = step.experts_hit[layer] if step.experts_hit else None
+    read = float(hit) if hit is not None else experts_touched(spec.n_experts, spec.experts_per_token, step.rows)
+    rows = step.rows * spec.experts_per_token
+    parts = [_linear(linear, layer, rows, options, read) for linear in inner]
+    parts += [_activation_cost(spec, "mlp.experts", layer, rows, down.in_features, options),
+              _linear(down, layer, rows, options, read),
+              elementwise_cost("mlp.experts", "experts", layer, rows * spec.hidden_size, 2, options.precision)]
+    experts = OpCost(stop_name(layer, "mlp.experts"), "experts", layer, 0.0)
+    for part in parts:
+        experts = experts + part
+    return [_linear(router, layer, step.rows, options), experts]
+
+
+def _activation_cost(spec: ModelSpec, name: str, layer: int, rows: float, width: int, options: CostOptions) -> OpCost:
+    """act(gate) * up (gated) or act(up) over [rows, width]."""
     gated = spec.gated_mlp
-    act_flops = ACTIVATION_FLOPS_PER_ELEMENT[spec.activation] + (1 if gated else 0)
-    prefix = "mlp.experts." if spec.moe_layers[layer] else "mlp."
-    costs.append(elementwise_cost(prefix + "act", "elementwise", layer, rows * width, act_flops,
-                                  options.precision, inputs=2 if gated else 1))
-    return costs + [_linear(down, layer, rows, options, read)]
+    flops = ACTIVATION_FLOPS_PER_ELEMENT[spec.activation] + (1 if gated else 0)
+    return elementwise_cost(name, "elementwise", layer, rows * width, flops, options.precision,
+                            inputs=2 if gated else 1)

@@ -53,13 +53,17 @@ class MeasuredPoint:
 
 
 def step_from_trace(trace: StepTrace) -> Step:
-    """The `Step` a trace ran: B and T from the embedding's [B, T] input, n from the trace.
+    """The `Step` a trace ran: B and T from the embedding's [B, T] input, n from the trace, and in a
+    mixture-of-experts model the experts each layer's executed routing reached (`trace.routing`).
 
     Raises:
         KeyError: the trace has no "embed" stop.
     """
     batch, tokens = trace.op("embed").input_shapes[0][:2]
-    return Step(trace.stage, batch, tokens, trace.context_length)
+    hit: list[int | None] = [None] * len(trace.kv) if trace.routing else []
+    for record in trace.routing:
+        hit[record.layer] = record.experts_hit
+    return Step(trace.stage, batch, tokens, trace.context_length, tuple(hit))
 
 
 def trace_precision(trace: StepTrace) -> Precision:
@@ -224,11 +228,12 @@ class Scenario:
             ValueError: a batch, context or token count below 1.
         """
         batch = self.batch or step.batch
+        tokens = (self.tokens or step.tokens) if step.stage == "prefill" else 1
+        routed = step.experts_hit if (batch, tokens) == (step.batch, step.tokens) else ()  # the same rows routed
         if step.stage == "prefill":
-            tokens = self.tokens or step.tokens
-            changed = Step("prefill", batch, tokens, tokens)
+            changed = Step("prefill", batch, tokens, tokens, routed)
         else:
-            changed = Step("decode", batch, 1, self.context or step.context)
+            changed = Step("decode", batch, 1, self.context or step.context, routed)
         formats = {name: value for name, value in (("weights", self.weights), ("activations", self.activations),
                                                    ("kv", self.kv)) if value}
         return changed, CostOptions(precision=replace(precision, **formats), merged_projections=self.merged,

@@ -25,12 +25,17 @@ class Step:
         batch: B, sequences run together.
         tokens: T, tokens entering per sequence (1 in decode).
         context: n, positions in each sequence's KV cache after this step's write (>= T).
+        experts_hit: per decoder layer, how many experts the executed routing sent tokens to (measured:
+            `explorer.trace.RoutingRecord.experts_hit`), None for a dense layer; () where no routing
+            was executed (shape-only, a what-if with another B or T): the cost model then expects
+            uniform routing (`explorer.analysis.costs.experts_touched`).
     """
 
     stage: str
     batch: int
     tokens: int
     context: int
+    experts_hit: tuple[int | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:

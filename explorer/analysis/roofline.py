@@ -104,8 +104,8 @@ class StepRoofline:
 
     @property
     def weight_gemm_fraction(self) -> float:
-        """Share of the time lower bound in weight GEMMs (projections, MLP, LM head), 0..1."""
-        return self._fraction(lambda cost: cost.kind == "gemm")
+        """Share of the time lower bound in weight GEMMs (projections, MLP or experts, LM head), 0..1."""
+        return self._fraction(lambda cost: cost.kind in ("gemm", "experts"))
 
     def _fraction(self, chosen) -> float:
         return sum(p.time_lower_bound_s for p in self.points if chosen(p.cost)) / self.time_lower_bound_s

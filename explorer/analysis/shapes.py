@@ -3,7 +3,10 @@
 Shapes follow docs/concepts.md ("The stops of one forward pass") and record what the runner
 records: projections [B, T, in] -> [B, T, out]; attention in heads layout [B, heads, T, d_h];
 QK-norm on [B, T, heads, d_h] in Qwen3 (before the transpose), on [B, heads, T, d_h] in Gemma 3;
-the LM head on the last position only (or on all T with `lm_head_all`).
+the LM head on the last position only (or on all T with `lm_head_all`). A mixture-of-experts layer
+works on the B*T token rows: the router [B*T, d] -> logits [B*T, E], weights and expert ids [B*T, k];
+the experts take the rows, ids and weights and return [B*T, d]. How many rows each expert gets is the
+routing's (measured) or, before any routing, the expected load B*T*k/E (`expert_load`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def predict_shapes(spec: ModelSpec, stage: str, batch: int, tokens: int, context
     if spec.arch.positions == "learned":  # GPT-2: position ids [1, T] -> rows [1, T, d], broadcast over B
         shapes["pos_embed"] = ([[1, t]], [[1, t, d]])
         shapes["embed_add"] = ([row, [1, t, d]], [row])
-    for name, kind, layer in stop_table(traced_family(spec.family), spec.n_layers, stage):
+    for name, kind, layer in stop_table(traced_family(spec.family), spec.n_layers, stage, spec.moe_layers):
         if layer is not None:
             stop = parse_stop_name(name)[1]
             shapes[name] = _layer_stop(spec, stop, kind, b, t, cache_length(spec, layer, t, context))
@@ -87,6 +90,11 @@ def _layer_stop(spec: ModelSpec, op: str, kind: str, b: int, t: int, n: int) -> 
     }
     if op in fixed:
         return fixed[op]
+    rows, k = [b * t, d], [b * t, spec.experts_per_token]
+    if op == "mlp.router":
+        return [rows], [[b * t, spec.n_experts], k, k]
+    if op == "mlp.experts":
+        return [rows, k, k], [rows]
     if kind == "norm":
         return [row], [row]
     return [row, row], [row]  # residual adds
@@ -105,3 +113,33 @@ def _qk_norm_shapes(spec: ModelSpec, b: int, t: int) -> tuple[list[int], list[in
     if spec.arch.qk_norm_on_heads:
         return [b, hq, t, dh], [b, hkv, t, dh]
     return [b, t, hq, dh], [b, t, hkv, dh]
+
+
+def expert_load(spec: ModelSpec, rows: int, tokens_per_expert: list[int] | None = None) -> list[float]:
+    """[E] token rows each expert of a MoE layer processes: the executed routing's `tokens_per_expert`
+    (`explorer.trace.RoutingRecord`), else the expected load under uniform routing, B*T*k/E each (a
+    fraction where E does not divide it). Either way they sum to B*T*k.
+
+    Args:
+        spec: a mixture-of-experts model.
+        rows: B*T, the token rows entering the layer.
+        tokens_per_expert: the measured counts, or None.
+
+    Raises:
+        ValueError: the model has no experts.
+    """
+    if not spec.n_experts:
+        raise ValueError(f"'{spec.family}' has no experts.")
+    if tokens_per_expert is not None:
+        return [float(count) for count in tokens_per_expert]
+    return [rows * spec.experts_per_token / spec.n_experts] * spec.n_experts
+
+
+def expert_shapes(spec: ModelSpec, tokens: float) -> list[tuple[str, list[float], list[float]]]:
+    """The work of one expert given `tokens` rows, as transformers' eager experts run it
+    (modeling_mixtral.py `MixtralExperts.forward`): (step, input shape, output shape) for the gate/up GEMM
+    [tokens, d] -> [tokens, 2*d_ff], the activation -> [tokens, d_ff], the down GEMM -> [tokens, d], and
+    the weighting of its rows before they are added into the layer's [B*T, d] output."""
+    d, width = spec.hidden_size, spec.intermediate_size
+    return [("gate_up_proj", [tokens, d], [tokens, 2 * width]), ("act", [tokens, 2 * width], [tokens, width]),
+            ("down_proj", [tokens, width], [tokens, d]), ("weighted sum", [tokens, d], [tokens, d])]

@@ -35,6 +35,12 @@ def key_importance(probs: np.ndarray) -> np.ndarray:
     return sums / (n - np.arange(n))
 
 
+def first_token_importance(probs: np.ndarray) -> np.ndarray:
+    """`key_importance(probs)[:, 0]` without the other columns: [h] float64, each head's mean weight on
+    key 0 over all n queries (NaN counts as 0)."""
+    return np.nansum(probs[:, :, 0], axis=1, dtype=np.float64) / probs.shape[1]
+
+
 def first_token_column_sum(probs: np.ndarray, context: int) -> np.ndarray:
     """A step's contribution to the first token's importance: [h] float64, the sum over its query
     rows of the weight on key 0.

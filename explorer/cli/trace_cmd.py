@@ -162,12 +162,29 @@ def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:
     for trace in traces:
         kv = trace.kv[layer]
         print(f"  after {step_label(trace):<9} {shape_text(kv.key_shape):<18} {kv.key_bytes:>10,} B")
+    _print_expert_load(traces, layer)
     print("\nchosen tokens:")
     for trace in traces:
         prob = f"p={trace.sampling.token_prob:.3f}" if trace.sampling else "(shape-only: no values)"
         print(f"  {step_label(trace):<9} {trace.token_text!r:<16} {prob}")
     ending = f" [ended: {traces[-1].finish_reason.replace('_', ' ')}]" if traces[-1].finished else ""
     print(f"\ngenerated text: {text!r}{ending}")
+
+
+def _print_expert_load(traces: list[StepTrace], layer: int) -> None:
+    """A mixture-of-experts layer: the token rows each expert got per step (computed from the router's
+    measured choices), or in shape-only mode the expected B*T*k/E; nothing for a dense layer."""
+    router = next((op for op in traces[0].ops if op.name == f"layers.{layer}.mlp.router"), None)
+    if router is None:
+        return
+    experts, per_token = router.output_shapes[0][-1], router.output_shapes[1][-1]
+    print(f"\nlayer {layer} experts: token rows per expert (E = {experts}, k = {per_token} per token):")
+    for trace in traces:
+        record = next((r for r in trace.routing if r.layer == layer), None)
+        rows = trace.op(f"layers.{layer}.mlp.router").input_shapes[0][0]
+        load = (f"{record.tokens_per_expert} (counted from the measured routing)" if record is not None else
+                f"{rows * per_token / experts:.3g} each expected (B*T*k/E; shape-only: no routing)")
+        print(f"  {step_label(trace):<9} {load}")
 
 
 def _table(prefill: StepTrace, decode: StepTrace | None, layer: int) -> str:

@@ -199,16 +199,22 @@ def _kv_hover(stages: Stages) -> str:
 
 
 def dimension_values(stages: Stages) -> str:
-    """"B=1 T=35 n=35 d=576 ...", each symbol in its colour, read from the measured shapes."""
+    """"B=1 T=35 n=35 d=576 ...", each symbol in its colour, read from the measured shapes; a
+    mixture-of-experts model adds E (experts) and k (experts per token) from its router's outputs
+    (d_ff where a dense MLP shows it)."""
     trace = stages.decode or stages.prefill
     ops = stages.decode_ops or stages.prefill_ops
     split = next(op for name, op in ops.items() if name.endswith("attn.split_heads"))
-    act = next(op for name, op in ops.items() if name.endswith("mlp.act"))
+    act = next((op for name, op in ops.items() if name.endswith("mlp.act")), None)
+    router = next((op for name, op in ops.items() if name.endswith("mlp.router")), None)
     q_shape, kv_shape = split.output_shapes[0], split.output_shapes[-1]
     values = {"B": q_shape[0], "T": len(trace.input_ids), "n": trace.context_length,
               "d": ops["embed"].output_shapes[0][-1], "h_q": q_shape[1], "h_kv": kv_shape[1], "d_h": q_shape[-1],
-              "d_ff": act.output_shapes[0][-1], "V": _vocab(trace)}
-    return " ".join(coloured(symbol) + f"={value}" for symbol, value in values.items())
+              "d_ff": act.output_shapes[0][-1] if act else None, "V": _vocab(trace)}
+    text = " ".join(coloured(symbol) + f"={value}" for symbol, value in values.items() if value is not None)
+    if router is not None:
+        text += f" E={router.output_shapes[0][-1]} k={router.output_shapes[1][-1]}"
+    return text
 
 
 def stage_title(trace: StepTrace) -> str:

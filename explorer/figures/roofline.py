@@ -262,7 +262,7 @@ def _conclusion(rooflines: list[StepRoofline], executed: list[StepRoofline], cha
 def sweep_trace(name: str, rooflines: list[StepRoofline], scale: float) -> dict:
     """A line per operator through its points as the batch (weight GEMMs) or the context (the
     attention products) grows, a label at each end."""
-    chosen = (lambda c: c.kind == "gemm") if name == "batch" else (lambda c: c.kind == "batched_gemm")
+    chosen = (lambda c: c.kind in ("gemm", "experts")) if name == "batch" else (lambda c: c.kind == "batched_gemm")
     symbol = "B" if name == "batch" else "n"
     values = [r.step.batch if name == "batch" else r.step.context for r in rooflines]
     xs, ys, labels, text = [], [], [], []

@@ -46,6 +46,13 @@ STOP_DOCS = {
     "mlp.act": ("A = silu(gate) ⊙ up (SwiGLU; Gemma 3: gelu); GPT-2: A = gelu(U), no gate",
                 "[B, T, d_ff]×2 → [B, T, d_ff] (GPT-2: [B, T, d_ff] → [B, T, d_ff])", None),
     "mlp.down_proj": ("Y = A · W_downᵀ", "[B, T, d_ff] → [B, T, d]", "W_down [d, d_ff]"),
+    "mlp.router": ("r = X · W_routerᵀ; p = softmax(r); each row's k largest p pick its experts and weigh them "
+                   "(Mixtral: renormalised to sum to 1; Qwen3-MoE: only with norm_topk_prob)",
+                   "[B·T, d] → logits [B·T, E], weights [B·T, k], expert ids [B·T, k]", "W_router [E, d]"),
+    "mlp.experts": ("each expert e that got tokens runs its MLP on its tokens_e rows: [tokens_e, d] → "
+                    "[tokens_e, 2·d_ff] → [tokens_e, d_ff] → [tokens_e, d]; y = Σ over a row's k experts of "
+                    "weight · output (tokens_e computed from the measured routing)",
+                    "[B·T, d] [B·T, k]×2 → [B·T, d]", None),
     "mlp_residual": ("x = x + mlp(x)", RESIDUAL, None),
     "lm_head": ("logits = x_last · W_lmᵀ (last position only)", "[B, 1, d] → [B, 1, V]", "W_lm [V, d]"),
     "sample": ("next id: processors (temperature, top-k, top-p, min-p) then a draw, or argmax",
@@ -132,6 +139,9 @@ ENGINE_NOTES = {
     "mlp.gate_up_proj": "Already one merged GEMM here, as engines do.",
     "mlp.act": "One fused silu-and-mul kernel in engines (no separate gate and up tensors written).",
     "mlp.down_proj": "Decode reads all of W_down for one row per sequence: batching many sequences amortises it.",
+    "mlp.router": "A tiny GEMM (E columns); engines fuse its softmax and top-k into one kernel.",
+    "mlp.experts": ("Engines sort the rows by expert and run all experts in one grouped GEMM (vLLM fused_moe); "
+                    "with expert parallelism each GPU holds some experts and the rows travel to them."),
     "lm_head": "Logits for the last position only (done here too): engines skip the prompt's other positions.",
     "sample": "Engines sample on the GPU for the whole batch; CUDA graphs replay a decode step's kernels at once.",
     "detokenize": "Engines detokenize incrementally, holding back an incomplete UTF-8 character.",

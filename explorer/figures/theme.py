@@ -38,6 +38,7 @@ KIND_COLOURS = {
     "cache_write": "#D55E00",
     "broadcast": "#BBBBBB",
     "elementwise": "#F0E442",
+    "experts": "#003F73",  # GEMMs too (a darker blue): each routed expert's MLP
     "sample": "#000000",
     "detokenize": "#999999",
 }

@@ -16,9 +16,10 @@ import plotly.graph_objects as go
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts
 from explorer.analysis.records import OpCost
-from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, SinkSummary, key_importance
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, SinkSummary, first_token_importance
 from explorer.families import FAMILIES
 from explorer.figures.attention import attention_figure, stack_attention
+from explorer.figures.experts import add_routing_panel
 from explorer.figures.forward import forward_figure
 from explorer.figures.journey import journey_figure
 from explorer.figures.kv_cache import kv_cache_figure
@@ -106,12 +107,20 @@ class ViewData:
 
 
 def fig_forward(data: ViewData, options: ViewOptions) -> go.Figure:
-    """The shown layer as a data-flow diagram, the prefill's measured shapes beside the shown step's."""
+    """The shown layer as a data-flow diagram, the prefill's measured shapes beside the shown step's; a
+    mixture-of-experts layer adds its routing under it (`explorer.figures.experts.add_routing_panel`)."""
     decode = data.run.step(options.step) if options.step > 0 else None
     config = data.run.config
-    return forward_figure(data.run.steps[0], decode, options.layer, len(data.run.steps[0].kv),
-                          tied_lm_head=bool(config.get("tie_word_embeddings")), costs=data.stop_costs,
-                          presenter=options.presenter, family=FAMILIES.get(config.get("model_type")))
+    figure = forward_figure(data.run.steps[0], decode, options.layer, len(data.run.steps[0].kv),
+                            tied_lm_head=bool(config.get("tie_word_embeddings")), costs=data.stop_costs,
+                            presenter=options.presenter, family=FAMILIES.get(config.get("model_type")))
+    shown = decode or data.run.steps[0]
+    router = next((op for op in shown.ops if op.name == f"layers.{options.layer}.mlp.router"), None)
+    if router is None:  # a dense layer
+        return figure
+    logits, choices = router.output_shapes[0], router.output_shapes[1]  # [B*T, E], [B*T, k]
+    return add_routing_panel(figure, list(data.run.steps[: shown.step_index + 1]), options.layer,
+                             data.run.pieces_until(shown.step_index), logits[-1], choices[-1])
 
 
 def query_heads(config: dict) -> int:
@@ -142,7 +151,8 @@ def fig_attention(data: ViewData, options: ViewOptions) -> go.Figure:
         start = max(0, min(options.zoom, len(pieces) - ZOOM_TOKENS))
         window = (start, min(start + ZOOM_TOKENS, len(pieces)))
     n_kv_heads = trace.kv[options.layer].key_shape[1]
-    importance = key_importance(probs)[:, 0]  # the first token's, per head of this layer
+    # the first token's importance per head of this layer: the run's sums, else from the matrix
+    importance = data.sinks[options.layer] if data.sinks is not None else first_token_importance(probs)
     threshold = options.sink_threshold
     notes = [f" · sink {value:.2f}{' ●' if value > threshold else ''}" for value in importance]
     return attention_figure(probs, pieces, n_kv_heads, options.layer, trace.step_index,

@@ -34,10 +34,34 @@ def stop_module_names(model: nn.Module) -> dict[nn.Module, str]:
     if names is None:
         family = model_features(model)
         names = {_module(model, path): stop for stop, path in family.top_modules.items()}
+        routed = moe_layers(model)
         for index, layer in enumerate(_module(model, family.layers)):
-            names |= {_module(layer, path): stop_name(index, stop) for stop, path in family.layer_modules.items()}
+            modules = family.modules_of(bool(routed) and routed[index])
+            names |= {_module(layer, path): stop_name(index, stop) for stop, path in modules.items()}
         _NAMES_BY_MODEL[model] = names
     return names
+
+
+def moe_layers(model: nn.Module) -> tuple[bool, ...]:
+    """Per decoder layer, whether the loaded model's MLP there is a mixture of experts (it has the
+    family's experts module: Qwen3-MoE keeps the `mlp_only_layers` dense); () for a dense family.
+
+    Raises:
+        ConfigError: the model's family is not traced.
+    """
+    family = model_features(model)
+    if not family.moe:
+        return ()
+    path = family.moe_modules["mlp.experts"]
+    return tuple(_has(layer, path) for layer in _module(model, family.layers))
+
+
+def _has(root: nn.Module, path: str) -> bool:
+    try:
+        _module(root, path)
+    except AttributeError:
+        return False
+    return True
 
 
 def _module(root: nn.Module, path: str) -> nn.Module:

@@ -3,7 +3,7 @@
 Stops that are modules or steps of the attention function were timed directly. The rest are
 bounded by their neighbours: GPT-2's sum of token and position embeddings between the position lookup
 and the first norm; RoPE runs between the last projection (or QK-norm) and the cache
-write; a residual add between the end of its branch and the next norm; the MLP activation in the
+write; a residual add between the end of its branch (a MoE layer's: its experts) and the next norm; the MLP activation in the
 gaps after the gate projection (Llama runs silu(gate) before the up projection) and before the down
 projection. Splitting into heads is a view: it launches no kernel, so its wall time is None.
 """
@@ -48,22 +48,22 @@ def assemble_ops(
             layer_events = _LayerEvents(events, layer)
         builder = _DERIVED.get(parse_stop_name(name)[1]) if layer is not None else None
         if builder is not None:
-            ops.append(_plain(builder(name, kind, layer, layer_events, family)))
+            ops.append(builder(name, kind, layer, layer_events, family))
         elif name == "embed_add":
-            ops.append(_plain(_embed_add(name, kind, events)))
+            ops.append(_embed_add(name, kind, events))
         elif name in events:
-            ops.append(_plain(_from_event(name, kind, layer, events[name])))
+            ops.append(_from_event(name, kind, layer, events[name]))
         else:
             raise RuntimeError(f"stop {name} was not observed in the forward pass")
     return ops
 
 
-def _plain(op: OpRecord) -> OpRecord:
-    """Shapes as lists of ints and the dtype as a name ("float32"), as the trace holds them (built
-    directly: `dataclasses.replace` costs several times more, and a step makes ~600 of these)."""
-    return OpRecord(op.name, op.kind, op.layer, [list(shape) for shape in op.input_shapes],
-                    [list(shape) for shape in op.output_shapes],
-                    _DTYPE_NAMES.get(op.dtype) or str(op.dtype).removeprefix("torch."), op.wall_ms)
+def _record(name: str, kind: str, layer: int | None, inputs: list, outputs: list, dtype: torch.dtype,
+            wall_ms: float | None) -> OpRecord:
+    """A stop as the trace holds it: shapes as lists of ints, the dtype as a name ("float32"); built
+    once, directly (a step makes ~600 of these)."""
+    return OpRecord(name, kind, layer, [list(shape) for shape in inputs], [list(shape) for shape in outputs],
+                    _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."), wall_ms)
 
 
 class _LayerEvents:
@@ -81,8 +81,8 @@ class _LayerEvents:
 
 
 def _from_event(name: str, kind: str, layer: int | None, event: Event, outputs: list | None = None) -> OpRecord:
-    return OpRecord(name, kind, layer, event.inputs, event.outputs if outputs is None else outputs, event.dtype,
-                    event.seconds * 1e3)
+    return _record(name, kind, layer, event.inputs, event.outputs if outputs is None else outputs, event.dtype,
+                   event.seconds * 1e3)
 
 
 def _ms(start: float, end: float) -> float:
@@ -97,7 +97,7 @@ def _split_heads(name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
     inputs = [e.outputs[0] for e in _projections(ev) if not _is_norm(e, ev)]
     write, scores = ev["attn.kv_cache_write"], ev["attn.scores"]
     outputs = [scores.inputs[0], *write.inputs]
-    return OpRecord(name, kind, layer, inputs, outputs, scores.dtype, None)
+    return _record(name, kind, layer, inputs, outputs, scores.dtype, None)
 
 
 def _is_norm(event: Event, ev: _LayerEvents) -> bool:
@@ -108,7 +108,7 @@ def _rope(name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
     write, scores = ev["attn.kv_cache_write"], ev["attn.scores"]
     last_end = max(e.end for e in _projections(ev))
     shapes = [scores.inputs[0], write.inputs[0]]
-    return OpRecord(name, kind, layer, shapes, shapes, scores.dtype, _ms(last_end, write.start))
+    return _record(name, kind, layer, shapes, shapes, scores.dtype, _ms(last_end, write.start))
 
 
 def _merge_heads(name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
@@ -124,13 +124,16 @@ def _attn_residual(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRec
 
 
 def _mlp_residual(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
+    experts = ev.get("mlp.experts")
+    if experts is not None:  # a MoE layer: the experts' [B*T, d] sum is viewed back as [B, T, d], then added
+        return _residual(name, kind, layer, ev["post_attn_norm"], _ms(experts.end, ev.next_layer_start.start))
     branch = ev["post_mlp_norm"] if family.sandwich_norms else ev["mlp.down_proj"]
     return _residual(name, kind, layer, ev["mlp.down_proj"], _ms(branch.end, ev.next_layer_start.start))
 
 
 def _residual(name, kind, layer, branch_out: Event, wall_ms: float) -> OpRecord:
     shape = branch_out.outputs[0]
-    return OpRecord(name, kind, layer, [shape, shape], [shape], branch_out.dtype, wall_ms)
+    return _record(name, kind, layer, [shape, shape], [shape], branch_out.dtype, wall_ms)
 
 
 def _embed_add(name: str, kind: str, events: dict[str, Event]) -> OpRecord:
@@ -138,7 +141,7 @@ def _embed_add(name: str, kind: str, events: dict[str, Event]) -> OpRecord:
     timed from the end of the position lookup to the first layer's norm (the add and the dropout)."""
     tokens, positions = events["embed"], events["pos_embed"]
     after = events.get(stop_name(0, "input_norm")) or events["final_norm"]
-    return OpRecord(name, kind, None, [tokens.outputs[0], positions.outputs[0]], [tokens.outputs[0]],
+    return _record(name, kind, None, [tokens.outputs[0], positions.outputs[0]], [tokens.outputs[0]],
                     tokens.dtype, _ms(positions.end, after.start))
 
 
@@ -152,7 +155,7 @@ def _mlp_act(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
         gate, up = ev["mlp.gate_proj"], ev["mlp.up_proj"]
         wall_ms = _ms(gate.end, up.start) + _ms(up.end, down.start)
     shape = down.inputs[0]
-    return OpRecord(name, kind, layer, [shape, shape], [shape], down.dtype, wall_ms)
+    return _record(name, kind, layer, [shape, shape], [shape], down.dtype, wall_ms)
 
 
 _DERIVED = {

@@ -22,7 +22,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from explorer.analysis.memory import block_rows
-from explorer.runner.architectures import stop_module_names
+from explorer.runner.architectures import moe_layers, stop_module_names
 from explorer.runner.gqa import (
     AttentionInputs,
     block_mask,
@@ -36,6 +36,10 @@ from explorer.runner.timing import Clock, CudaEventClock
 from explorer.stops import stop_name
 
 ATTN_IMPLEMENTATION = "explorer_eager"
+# transformers' experts implementations (integrations/moe.py): "eager" is the modeling file's own loop over
+# the experts that received tokens; on `meta` its `nonzero` has no data to run on, so a shape-only step
+# runs "batched_mm" (every token through its k experts at once: the same [B*T, d] in and out).
+EXPERTS_IMPLEMENTATION, META_EXPERTS_IMPLEMENTATION = "eager", "batched_mm"
 _ACTIVE: ContextVar[StepRecorder | None] = ContextVar("explorer_step_recorder", default=None)
 
 Shape = list[int]
@@ -99,10 +103,14 @@ class StepRecorder:
         self.keep_attention = keep_attention
         self.stop_after_layer = stop_after_layer
         self.events: dict[str, Event] = {}
+        # MoE layer -> (expert ids [B*T, k], weights [B*T, k], E) as its router returned them
+        self.routing: dict[int, tuple[torch.Tensor, torch.Tensor, int]] = {}
         self.attention_shapes: dict[int, Shape] = {}
         self.attention: dict[int, np.ndarray] = {}
         self.attention_inputs: dict[int, AttentionInputs] = {}
+        self.first_key_sums: dict[int, list[float]] = {}
         self._pending_attention: dict[int, torch.Tensor] = {}
+        self._pending_sums: dict[int, torch.Tensor] = {}
 
     def finish(self) -> None:
         """After the pass: event bounds to seconds (CUDA: one synchronise) and the kept attention
@@ -112,6 +120,8 @@ class StepRecorder:
         for layer, probs in self._pending_attention.items():
             self.attention[layer] = probs.cpu().numpy()
         self._pending_attention.clear()
+        self.first_key_sums |= {layer: sums.tolist() for layer, sums in self._pending_sums.items()}
+        self._pending_sums.clear()
 
     def record(self, key: str, start: float, inputs: list[torch.Size], outputs: list[torch.Tensor]) -> float:
         """Store a stop that ran from `start` until now; returns now (the next stop's start)."""
@@ -145,6 +155,14 @@ class StepRecorder:
             return None
         self._pending_attention[layer] = torch.empty(shape, dtype=torch.float32, device=device)
         return self._pending_attention[layer]
+
+    def first_key_target(self, layer: int, h_q: int, device: torch.device) -> torch.Tensor | None:
+        """Before a layer's attention: the float64 [h_q] tensor its blocks add their sums over the
+        queries of the probability on the first key to (`first_key_sums` after `finish`); None on `meta`."""
+        if device.type == "meta":
+            return None
+        self._pending_sums[layer] = torch.zeros(h_q, dtype=torch.float64, device=device)
+        return self._pending_sums[layer]
 
     def attention_done(self, layer: int) -> None:
         """After a layer's attention: report progress, and end the pass if this was the layer wanted."""
@@ -195,6 +213,7 @@ def explorer_attention(
     kept = rec.attention_target(layer, [h_q, q_len, n], AttentionInputs(query[0].detach(), scaling, softcap),
                                 query.device)
     merged = query.new_empty(batch, q_len, h_q, head_dim)
+    first_key_sums = rec.first_key_target(layer, h_q, query.device)
     rows = rec.block_rows or block_rows(h_q, q_len, n, query.element_size())
     spans: list[list[tuple[float, float]]] = [[], [], [], []]
     for first in range(0, q_len, rows):
@@ -214,6 +233,8 @@ def explorer_attention(
             times.append((marks[stop], marks[stop + 1]))
         if kept is not None:
             kept[:, block].copy_(in_head_order(probs))  # outside the timed stops, as eager has no such copy
+        if first_key_sums is not None:  # the sinks' sums, outside the timed stops too
+            first_key_sums += in_head_order(probs)[..., 0].sum(dim=-1, dtype=torch.float64)
     heads, per_head = torch.Size([batch, h_q, q_len, n]), torch.Size([batch, h_q, q_len, head_dim])
     rec.record_blocks(stop_name(layer, "attn.scores"), spans[0], [query.shape, expanded], [heads], query.dtype)
     rec.record_blocks(stop_name(layer, "attn.softmax"), spans[1], [heads], [heads], query.dtype)
@@ -240,14 +261,19 @@ def tracing(model: nn.Module, cache, recorder: StepRecorder, hook_modules: bool 
     handles: list = []
     token = _ACTIVE.set(recorder)
     previous = model.config._attn_implementation
+    previous_experts = model.config._experts_implementation
     try:
         if hook_modules:
             _hook_all(model, recorder, handles)
             _probe_cache_writes(cache, recorder)
         model.config._attn_implementation = ATTN_IMPLEMENTATION
+        if moe_layers(model):
+            on_meta = model.device.type == "meta"
+            model.config._experts_implementation = META_EXPERTS_IMPLEMENTATION if on_meta else EXPERTS_IMPLEMENTATION
         yield
     finally:
         model.config._attn_implementation = previous
+        model.config._experts_implementation = previous_experts
         cache.__dict__.pop("update", None)
         for handle in handles:
             handle.remove()
@@ -256,24 +282,30 @@ def tracing(model: nn.Module, cache, recorder: StepRecorder, hook_modules: bool 
 
 def _hook_all(model: nn.Module, recorder: StepRecorder, handles: list) -> None:
     """Two process-wide module hooks (cheaper than ~800 per-module handles a step) that record only
-    this model's stop modules, and only in the thread and context running this recorder's step."""
-    names = stop_module_names(model)
+    this model's stop modules, and only in the thread and context running this recorder's step.
 
+    A stop's inputs are its module's positional tensor arguments (a MoE layer's experts also take the
+    expert ids and weights), its outputs the tensors it returns (a MoE router returns its logits, the
+    top-k weights and the expert ids: those two are kept, off `meta`, in `recorder.routing`)."""
+    names = stop_module_names(model)
+    routers = {module: int(key.split(".")[1]) for module, key in names.items() if key.endswith(".mlp.router")}
     events, clock = recorder.events, recorder.clock
 
     def before(module, args):
         key = names.get(module)
         if key is not None and _ACTIVE.get() is recorder:
-            events[key] = Event(clock(), inputs=[args[0].shape] if args and isinstance(args[0], torch.Tensor) else [])
+            events[key] = Event(clock(), inputs=[arg.shape for arg in args if isinstance(arg, torch.Tensor)])
 
     def after(module, args, output):
         key = names.get(module)
         if key is not None and _ACTIVE.get() is recorder:
             event = events[key]
             event.end = clock()
-            first = output[0] if isinstance(output, tuple) else output
-            if isinstance(first, torch.Tensor):
-                event.outputs, event.dtype = [first.shape], first.dtype
+            tensors = [t for t in (output if isinstance(output, tuple) else (output,)) if isinstance(t, torch.Tensor)]
+            if tensors:
+                event.outputs, event.dtype = [t.shape for t in tensors], tensors[0].dtype
+            if module in routers and not tensors[0].is_meta:
+                recorder.routing[routers[module]] = (tensors[2].detach(), tensors[1].detach(), module.num_experts)
 
     handles.append(register_module_forward_pre_hook(before))
     handles.append(register_module_forward_hook(after))

@@ -7,6 +7,7 @@ any weight is read.
 
 from __future__ import annotations
 
+import gc
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +79,9 @@ class LoadedModel:
 
 def load(model: str | None = None, config: str | None = None, device: str = "auto", dtype: str = "auto",
          progress: Progress | None = None) -> LoadedModel:
-    """The CLI's entry: a model by name or path, or a config in shape-only mode (the default model if neither).
+    """The start-up model of the app, the CLI and a notebook: a model by name or path, or a config in
+    shape-only mode (the default model if neither); then what is alive is set aside from the garbage
+    collector (`settle`).
 
     Args:
         model: hub id, local folder, or "smollm2-135m-instruct".
@@ -94,9 +97,29 @@ def load(model: str | None = None, config: str | None = None, device: str = "aut
     """
     if model is not None and config is not None:
         raise ConfigError("Give either a model (to run real weights) or a config (shape-only), not both.")
-    if config is not None:
-        return load_shape_only(config)
-    return load_model(model or DEFAULT_MODEL, device=device, dtype=dtype, progress=progress)
+    loaded = load_shape_only(config) if config is not None else \
+        load_model(model or DEFAULT_MODEL, device=device, dtype=dtype, progress=progress)
+    settle()
+    return loaded
+
+
+GC_YOUNG_THRESHOLD = 10_000  # allocations between young-generation collections (Python's default: 700)
+
+
+def settle() -> None:
+    """Collect the garbage once, move every object alive (the modules of torch, transformers and
+    Gradio, the loaded model: about 400,000 objects) into the collector's permanent generation
+    (`gc.freeze`), so that no later collection traverses them again, and collect the young generation
+    less often (`GC_YOUNG_THRESHOLD`).
+
+    A decode step builds a few thousand small records (its ~600 stops' shapes); the collections they
+    trigger otherwise re-scan everything alive: on the embedded model, 14.6 ms of each 83 ms decode step
+    went to the collector; 2.9 ms after the freeze, 0.9 ms with the threshold too (measured over 60
+    steps with `gc.callbacks`, one torch thread). Objects created later are collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def resolved_model_config(model: str | None = None, config: str | None = None) -> PretrainedConfig:
@@ -240,6 +263,13 @@ def _pretrained_config(source: str, name: str):
         ) from exc
 
 
+def experts_implementation(config) -> dict[str, str]:
+    """Load arguments that make a mixture-of-experts model run transformers' eager experts (the modeling
+    file's loop over the experts that received tokens, what the trace shows and its routing counts);
+    {} for a dense model. Its default, "grouped_mm", is one fused kernel and refuses some shapes on the CPU."""
+    return {"experts_implementation": "eager"} if traced_family(config.model_type).moe else {}
+
+
 def _check_supported(config, name: str) -> None:
     """Check that `config` describes a causal LM of a family the tracer supports.
 
@@ -275,7 +305,7 @@ def _from_pretrained(source: str, name: str, description: str | None, device: st
     try:
         model = AutoModelForCausalLM.from_pretrained(
             source, config=config, dtype=need.dtype, device_map=placement.device_map,
-            max_memory=placement.max_memory, trust_remote_code=False)
+            max_memory=placement.max_memory, trust_remote_code=False, **experts_implementation(config))
     except (OSError, SafetensorError) as exc:  # SafetensorError: a truncated or garbled .safetensors file
         raise ModelLoadError(f"'{name}' has a config but its weights cannot be read ({_first_line(exc)}). "
                              "Re-download it, or run shape-only with --config.") from exc

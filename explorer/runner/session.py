@@ -20,7 +20,7 @@ from explorer.analysis.memory import DEFAULT_ATTENTION_BUDGET_BYTES, PromptMemor
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.run import PromptInputs, Run
-from explorer.runner.architectures import model_features
+from explorer.runner.architectures import model_features, moe_layers
 from explorer.runner.assemble import assemble_ops
 from explorer.runner.attention_store import LiveAttention
 from explorer.runner.batch import MAX_PROMPTS, Batch, pad_id
@@ -34,7 +34,7 @@ from explorer.runner.prompts import check_prompt_chars, check_unicode
 from explorer.runner.sampling import sample_next_token
 from explorer.runner.timing import step_clock
 from explorer.stops import stop_table
-from explorer.trace import AttentionRecord, KVSnapshot, LensRecord, OpRecord, SamplingRecord, StepTrace
+from explorer.trace import AttentionRecord, KVSnapshot, LensRecord, OpRecord, RoutingRecord, SamplingRecord, StepTrace
 
 # The most sequences one run takes together (`prefill(batch=...)`).
 MAX_BATCH = 256
@@ -86,6 +86,7 @@ class InferenceSession:
         self.settings = settings or SamplingSettings()
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
+        self.moe_layers = moe_layers(loaded.model)
         self.lens_budget_bytes = lens_budget_bytes
         self.lens: LiveLens | None = None  # the run's lens source, one per run (`_new_run`)
         self.run = self._new_run()
@@ -482,12 +483,16 @@ class InferenceSession:
         trace = StepTrace(
             stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
             context_length=context_length,
-            ops=assemble_ops(stop_table(self.features, len(kv), stage), recorder.events, self.features, extra),
-            kv=kv, attention=[AttentionRecord(i, shape) for i, shape in sorted(recorder.attention_shapes.items())],
+            ops=assemble_ops(stop_table(self.features, len(kv), stage, self.moe_layers), recorder.events,
+                             self.features, extra),
+            kv=kv, attention=[AttentionRecord(i, shape, recorder.first_key_sums.get(i))
+                              for i, shape in sorted(recorder.attention_shapes.items())],
             logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
             sampling=sampling, token_text=token_text, finished=bool(finish_reason), finish_reason=finish_reason,
             wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only,
             batch_texts=self.batch_texts if self._batch is not None else [],
+            routing=[RoutingRecord(layer, n_experts, ids.tolist(), weights.float().cpu().numpy())
+                     for layer, (ids, weights, n_experts) in sorted(recorder.routing.items())],
         )
         self.attention.store.add(recorder.attention, recorder.attention_inputs)
         # after the draw, each column's next token is known; the lens itself waits until asked for

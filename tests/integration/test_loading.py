@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import huggingface_hub.constants
@@ -20,7 +21,7 @@ from explorer.config import load_hf_config
 from explorer.errors import ConfigError, ModelLoadError, UnknownPresetError
 from explorer.runner import devices, embedded, loading
 from explorer.runner.configs import transformers_config
-from explorer.runner.loading import DEFAULT_MODEL, load, load_model, load_shape_only
+from explorer.runner.loading import DEFAULT_MODEL, GC_YOUNG_THRESHOLD, load, load_model, load_shape_only
 
 # Every dimension distinct, so a swapped axis shows.
 TINY_LLAMA = dict(vocab_size=97, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -261,3 +262,14 @@ def test_model_and_config_together_are_refused():
 def test_unknown_device_is_refused():
     with pytest.raises(ConfigError, match="use 'cpu' or 'cuda'"):
         load_model(DEFAULT_MODEL, device="tpu")
+
+
+def test_the_start_up_load_sets_what_is_alive_aside_from_the_collector():
+    """`load` (the app's, the CLI's, a notebook's) freezes the objects alive and raises the young
+    generation's threshold (`settle`); `load_model`, which the app uses for later models, does not."""
+    gc.unfreeze()
+    gc.set_threshold(700, *gc.get_threshold()[1:])
+    load_shape_only("gpt2")
+    assert gc.get_freeze_count() == 0 and gc.get_threshold()[0] == 700
+    load(config="gpt2")
+    assert gc.get_freeze_count() > 0 and gc.get_threshold()[0] == GC_YOUNG_THRESHOLD

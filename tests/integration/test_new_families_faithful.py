@@ -19,7 +19,7 @@ from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.runner.session import InferenceSession
 
-FAMILIES = ["gpt2"]
+FAMILIES = ["gpt2", "mixtral", "qwen3_moe"]
 PROMPT = "What is 2+2?"
 STEPS = 5
 

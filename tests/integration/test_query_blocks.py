@@ -90,3 +90,19 @@ def test_each_blocks_mask_is_eagers_mask_of_those_rows(q_len, n, window, padding
                 assert not want.any()
             else:
                 torch.testing.assert_close(got.expand_as(want), want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_EXTRAS))
+def test_each_layers_first_key_sums_are_the_column_sums_of_its_probabilities(family):
+    """The sums the attention sinks read, taken block by block in the step, equal the kept matrices'
+    column 0 summed over the queries (float64)."""
+    model = tiny_model(family).model
+    ids = torch.randint(2, VOCAB, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(6))
+    recorder = StepRecorder(block_rows=7)
+    with torch.inference_mode(), tracing(model, DynamicCache(config=model.config), recorder):
+        model(input_ids=ids, use_cache=True)
+    recorder.finish()
+    assert sorted(recorder.first_key_sums) == sorted(recorder.attention) == list(range(model.config.num_hidden_layers))
+    for layer, probs in recorder.attention.items():
+        np.testing.assert_allclose(recorder.first_key_sums[layer], probs[..., 0].sum(axis=1, dtype=np.float64),
+                                   rtol=1e-12, err_msg=f"{family} layer {layer}")

@@ -183,3 +183,14 @@ def test_a_layer_the_model_lacks_is_refused_from_its_config_before_any_model_wor
     monkeypatch.setattr(loading, "load", no_load)
     assert main(["trace", *argv, "--layer", "99"]) == 2
     assert f"--layer must be in 0..{layers - 1} for this model ({layers} layers)" in capsys.readouterr().err
+
+
+def test_mixtral_prints_its_router_experts_and_expected_load(capsys):
+    """Mixtral-8x7B's published config: 8 experts, 2 per token, d 4096; shape-only, so the load is expected."""
+    assert main(["trace", "--config", "mixtral-8x7b", "--prompt-tokens", "4", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    prefill = {line.split()[0]: re.split(r" {2,}", line)[2] for line in out.splitlines() if line.startswith("layers.0.")}
+    assert prefill["layers.0.mlp.router"] == "[4, 4096] -> [4, 8] [4, 2] [4, 2]"
+    assert prefill["layers.0.mlp.experts"] == "[4, 4096] [4, 2] [4, 2] -> [4, 4096]"
+    assert "layers.0.mlp.gate_proj" not in prefill and "46.70 B parameters" in out
+    assert "prefill   1 each expected (B*T*k/E; shape-only: no routing)" in out

@@ -37,6 +37,33 @@ def test_every_layers_sinks_are_the_first_tokens_importance_of_its_stacked_matri
             np.testing.assert_allclose(sinks[layer], key_importance(stacked)[:, 0], rtol=1e-6)
 
 
+def test_a_saved_run_has_the_same_sinks_from_its_sums_from_its_matrices_and_without_attention(served, tmp_path):
+    """The sums taken in the steps, or (a run saved before them) every layer's matrix, give the same
+    sinks; a run saved without attention still has them from its sums."""
+    from explorer.ui.hosting import LOCAL
+    from explorer.ui.views import Visit
+
+    visit = _visit(served)
+    path = save_run(visit.run, visit.attention, tmp_path / "run.json")
+    bare = save_run(visit.run, visit.attention, tmp_path / "bare.json", "left out")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    for trace in data["traces"]:
+        for record in trace["attention"]:
+            del record["first_key_sums"]
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(data), encoding="utf-8")
+    for file in (path, older, bare):
+        replay = Visit.replay(*load_run(file), LOCAL)
+        np.testing.assert_allclose(every_layer_sinks(replay, 2), every_layer_sinks(visit, 2), rtol=1e-9,
+                                   err_msg=file.name)
+    data["attention_left_out"] = "left out"
+    for trace in data["traces"]:
+        for record in trace["attention"]:
+            record["probs"] = None
+    older.write_text(json.dumps(data), encoding="utf-8")
+    assert every_layer_sinks(Visit.replay(*load_run(older), LOCAL), 2) is None
+
+
 def test_the_threshold_moves_the_sinks_marked_in_the_attention_view(served):
     visit = _visit(served)
     importance = every_layer_sinks(visit, 2)[1]  # layer 1, the one shown

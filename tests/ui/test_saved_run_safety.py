@@ -156,7 +156,7 @@ def test_the_real_run_loads_and_every_view_draws(run, tmp_path):
     (["traces", 1, "stage"], "<b>decode</b>", 'traces[1].stage must be "decode" (step 1 of the run), not text'),
     (["traces", 1, "step_index"], 5, "traces[1].step_index must be 1 (its place in the list), not 5"),
     (["traces", 0, "ops", 1, "kind"], "<script>", "traces[0].ops[1].kind must be an operator kind (batched_gemm, "
-     "broadcast, cache_write, detokenize, elementwise, gather, gemm, norm, reshape, rope, sample, softmax, "
+     "broadcast, cache_write, detokenize, elementwise, experts, gather, gemm, norm, reshape, rope, sample, softmax, "
      "tokenize), not text"),
     (["traces", 0, "ops", 3, "dtype"], "float99", "traces[0].ops[3].dtype must be a dtype the cost model knows "
      "(float32, bfloat16, float16, ...), not text"),

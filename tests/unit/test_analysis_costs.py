@@ -115,14 +115,30 @@ def test_a_windowed_prefill_counts_what_eager_computes_and_a_fused_kernel_skips_
 
 
 def test_moe_experts_process_k_rows_per_token_and_read_the_experts_touched():
+    """Qwen3-30B-A3B (E = 128, k = 8, d_ff = 768) decoding one token: 8 expert rows per layer, each
+    through gate, up (2*d*d_ff FLOPs a row each), SwiGLU (5 a value) and down, then weighted and summed
+    (2 a value); the weights of the 8 experts it reaches, 3 matrices each, are read."""
     spec, step = ModelSpec.from_hf_config(QWEN3_30B_A3B), Step.decode(1000, batch=1)
     ops = by_op(spec, step)
     expert_matrix_bytes = 2048 * 768 * 2
-    assert ops["mlp.experts.gate_proj"].weight_bytes == pytest.approx(48 * 8 * expert_matrix_bytes)
-    assert ops["mlp.experts.down_proj"].flops == 48 * 2 * 8 * 768 * 2048
+    assert ops["mlp.experts"].weight_bytes == pytest.approx(48 * 8 * 3 * expert_matrix_bytes)
+    assert ops["mlp.experts"].matmul_flops == 48 * 8 * 3 * 2 * 768 * 2048
+    assert ops["mlp.experts"].flops == 48 * 8 * (3 * 2 * 768 * 2048 + 5 * 768 + 2 * 2048)
     assert ops["mlp.router"].flops == 48 * 2 * 2048 * 128
     assert experts_touched(128, 8, 1) == pytest.approx(8)
     assert experts_touched(128, 8, 4096) == pytest.approx(128)
+
+
+def test_moe_costs_read_the_experts_the_executed_routing_reached():
+    """Four sequences decoding: uniform routing expects 128 (1 - (1 - 8/128)^4) = 29.0 experts a layer;
+    a run whose routing reached 20 in every layer reads 20 experts' weights, with the same FLOPs."""
+    spec = ModelSpec.from_hf_config(QWEN3_30B_A3B)
+    expected = by_op(spec, Step.decode(1000, batch=4))["mlp.experts"]
+    executed = by_op(spec, Step("decode", 4, 1, 1000, (20,) * 48))["mlp.experts"]
+    matrices = 3 * 2048 * 768 * 2
+    assert expected.weight_bytes == pytest.approx(48 * 128 * (1 - (1 - 8 / 128) ** 4) * matrices)
+    assert executed.weight_bytes == 48 * 20 * matrices
+    assert executed.flops == expected.flops
 
 
 def test_gpt2_has_no_rope_and_adds_positions_at_the_embedding():

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from analysis_configs import GEMMA3_1B, PHI3_MINI
 
-from explorer.analysis.shapes import cache_length, predict_shapes
+from explorer.analysis.shapes import cache_length, expert_load, expert_shapes, predict_shapes
 from explorer.analysis.spec import ModelSpec
 from explorer.config import load_hf_config, preset_names
-from explorer.errors import ConfigError
 from explorer.families import traced_family
 from explorer.runner.configs import resolved_spec
 from explorer.stops import stop_table
@@ -54,7 +53,7 @@ def test_llama3_decode_batch_8_at_context_1001():
 def test_every_preset_predicts_every_tensor_stop(preset, stage, tokens, context):
     spec = ModelSpec.from_hf_config(load_hf_config(preset))
     shapes = predict_shapes(spec, stage, 2, tokens, context)
-    table = [name for name, _, _ in stop_table(traced_family(spec.family), spec.n_layers, stage)]
+    table = [name for name, _, _ in stop_table(traced_family(spec.family), spec.n_layers, stage, spec.moe_layers)]
     assert list(shapes) == [name for name in table if name not in NOT_TENSORS]
 
 
@@ -74,8 +73,22 @@ def test_sliding_window_layers_return_window_minus_one_past_positions_plus_the_n
     assert out(shapes, "layers.5.attn.scores") == [[1, 4, 1, 2000]]
 
 
-def test_families_without_a_stop_table_are_refused():
+def test_a_moe_layer_routes_the_b_times_t_rows_and_expects_b_t_k_over_e_rows_per_expert():
+    """Mixtral-8x7B (E = 8, k = 2, d_ff = 14336), two sequences of 5 tokens: the router and the experts
+    work on the 10 token rows; each expert expects 10 * 2 / 8 = 2.5 rows before any routing is run."""
     from analysis_configs import MIXTRAL_8X7B
 
-    with pytest.raises(ConfigError, match="not traced"):
-        predict_shapes(ModelSpec.from_hf_config(MIXTRAL_8X7B), "prefill", 1, 3, 3)
+    spec = ModelSpec.from_hf_config(MIXTRAL_8X7B)
+    shapes = predict_shapes(spec, "prefill", 2, 5, 5)
+    assert shapes["layers.31.mlp.router"] == ([[10, 4096]], [[10, 8], [10, 2], [10, 2]])
+    assert shapes["layers.31.mlp.experts"] == ([[10, 4096], [10, 2], [10, 2]], [[10, 4096]])
+    assert shapes["layers.31.mlp_residual"] == ([[2, 5, 4096]] * 2, [[2, 5, 4096]])
+    assert "layers.0.mlp.gate_proj" not in shapes
+    assert expert_load(spec, 10) == [2.5] * 8
+    assert expert_load(spec, 10, [3, 0, 5, 2, 4, 1, 2, 3]) == [3.0, 0.0, 5.0, 2.0, 4.0, 1.0, 2.0, 3.0]
+    assert expert_shapes(spec, 3) == [("gate_up_proj", [3, 4096], [3, 28672]), ("act", [3, 28672], [3, 14336]),
+                                      ("down_proj", [3, 14336], [3, 4096]), ("weighted sum", [3, 4096], [3, 4096])]
+    with pytest.raises(ValueError, match="no experts"):
+        expert_load(QWEN3, 10)
+
+

@@ -76,6 +76,16 @@ GPT2 = [  # modeling_gpt2.py: wte + wpe, ln_1, c_attn, attention, c_proj, ln_2, 
     ("layers.0.mlp.down_proj", "gemm"), ("layers.0.mlp_residual", "elementwise"),
     ("final_norm", "norm"), ("lm_head", "gemm"), ("sample", "sample"), ("detokenize", "detokenize"),
 ]
+MOE_MLP = [("layers.0.mlp.router", "gemm"), ("layers.0.mlp.experts", "experts")]
+
+
+def _routed(dense: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A one-layer list whose MLP is a mixture of experts: the router and the experts in place of the
+    dense MLP's stops, between the norm and the residual add."""
+    return [stop for stop in dense if not stop[0].startswith("layers.0.mlp.")][:-5] + MOE_MLP + dense[-5:]
+
+
+MIXTRAL, QWEN3_MOE = _routed(LLAMA_LIKE), _routed(QWEN3)  # modeling_mixtral.py, modeling_qwen3_moe.py
 PREFILL_OF_ONE_LAYER = {"llama": LLAMA_LIKE, "mistral": LLAMA_LIKE, "qwen2": LLAMA_LIKE, "qwen3": QWEN3,
                         "gemma3_text": GEMMA3, "phi3": PHI3, "gpt2": GPT2}
 
@@ -100,26 +110,39 @@ def test_every_layer_repeats_the_pinned_layer(model_type):
     assert len(table) == outside + 3 * len(relative)
 
 
-def test_the_traced_families_are_exactly_the_pinned_ones_and_none_is_moe():
+def test_the_traced_families_are_exactly_the_pinned_ones():
     traced = {name for name, family in FAMILIES.items() if family.traced}
-    assert traced == set(PREFILL_OF_ONE_LAYER)
-    assert not any(FAMILIES[name].moe for name in traced)
+    assert traced == set(PREFILL_OF_ONE_LAYER) | {"mixtral", "qwen3_moe"}
     assert {name for name, family in FAMILIES.items() if family.moe} == {"mixtral", "qwen3_moe"}
 
 
-@pytest.mark.parametrize("model_type", ["mixtral", "qwen3_moe", "falcon", ""])
+@pytest.mark.parametrize(("model_type", "pinned"), [("mixtral", MIXTRAL), ("qwen3_moe", QWEN3_MOE)])
+def test_a_moe_layer_has_the_router_then_the_experts_and_a_dense_layer_its_mlp(model_type, pinned):
+    """Qwen3-MoE's `mlp_only_layers` keep a dense MLP: the table follows the layers it is given."""
+    family = traced_family(model_type)
+    assert stop_table(family, 1, "prefill", (True,)) == [
+        (name, kind, 0 if name.startswith("layers.") else None) for name, kind in pinned]
+    dense = PREFILL_OF_ONE_LAYER["qwen3" if model_type == "qwen3_moe" else "llama"]
+    second = [stop_name(1, parse_stop_name(name)[1]) for name, _ in dense if name.startswith("layers.")]
+    assert [name for name, _, layer in stop_table(family, 2, "decode", (True, False)) if layer == 1] == second
+
+
+@pytest.mark.parametrize("model_type", ["falcon", ""])
 def test_families_that_are_not_traced_are_refused_by_name(model_type):
     with pytest.raises(ConfigError, match=f"'{model_type}' is not traced yet; supported: gemma3_text, gpt2, llama"):
         traced_family(model_type)
 
 
-@pytest.mark.parametrize("model_type", sorted(PREFILL_OF_ONE_LAYER))
+@pytest.mark.parametrize("model_type", sorted(PREFILL_OF_ONE_LAYER) + ["mixtral", "qwen3_moe"])
 def test_module_paths_cover_exactly_the_stops_that_are_modules(model_type):
     family = traced_family(model_type)
     modules = {name for name, kind in layer_stops(family) if kind in ("gemm", "norm")}
     if not family.gated_mlp:
         modules.add("mlp.act")  # GPT-2's GELU is a module of its own
     assert set(family.layer_modules) == modules
+    if family.moe:  # the router and the experts are modules; the experts' GEMMs run inside theirs
+        routed = {name for name, kind in layer_stops(family, moe=True) if kind in ("gemm", "norm", "experts")}
+        assert set(family.modules_of(True)) == routed
     positions = {"pos_embed"} if family.positions == "learned" else set()
     assert set(family.top_modules) == {"embed", "final_norm", "lm_head"} | positions
 

@@ -173,7 +173,8 @@ def test_weight_shape_comes_from_the_stops_shapes():
 def test_every_stop_of_every_family_has_a_formula():
     outer = {name for family in FAMILIES.values() if family.traced
              for name, _, layer in stop_table(family, 1, "prefill") if layer is None}  # GPT-2: pos_embed, embed_add
-    names = outer | {name for family in FAMILIES.values() if family.traced for name, _ in layer_stops(family)}
+    names = outer | {name for family in FAMILIES.values() if family.traced for moe in {False, family.moe}
+                     for name, _ in layer_stops(family, moe)}
     assert names == set(STOP_DOCS)
 
 
