@@ -441,12 +441,13 @@ def _wire_lesson(c: dict, app: ServedHandlers) -> None:
 
 def _wire_model_ready(c: dict, demo: gr.Blocks, pending: PendingModel) -> None:
     """A page opened while the start-up model loads shows it loading on the status line, then the
-    model's note, layer range and roofline machine once it is loaded (or why it could not be). In
-    the model queue: the events queued after it wait for the load."""
+    model's note, layer range and roofline machine once it is loaded (or why it could not be). It
+    only waits, so it is in no queue: a page's steps pushed meanwhile are not held behind it, nor
+    counted against the page's cap of queued model events (hosted mode)."""
     outputs = _named(c, ("status", "model_choice", "layer", "hardware", "prompt", "prompt_tokens", "use_chat_template",
                          "system_prompt", "enable_thinking"))
     # no progress shown: its fading would make the status line's "Loading the model…" hard to read
-    demo.load(functools.partial(on_model_ready, pending), None, outputs, concurrency_id=MODEL_QUEUE,
+    demo.load(functools.partial(on_model_ready, pending), None, outputs, concurrency_limit=None,
               show_progress="hidden", api_visibility="private")
 
 

@@ -12,13 +12,14 @@ from dataclasses import replace
 import gradio as gr
 import httpx
 import pytest
-from served_app import PlainClient, serving, status_of
+from served_app import PlainClient, build_app, serving, status_of
 from tiny_models import tiny_model
 
 from explorer.errors import ModelLoadError
 from explorer.runner.loading import load_shape_only
 from explorer.ui.handlers import prompt_label
-from explorer.ui.hosting import LOCAL, Served
+from explorer.ui.hosting import HOSTED, LOCAL, Served
+from explorer.ui.layout import MODEL_QUEUE
 from explorer.ui.models import ModelRegistry
 from explorer.ui.plain import markdown_text
 from explorer.ui.startup import LOADING, ModelFacts, PendingModel, on_model_ready
@@ -122,3 +123,13 @@ def test_the_app_modules_import_no_torch():
             "print(sorted({'torch', 'transformers'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_page_s_wait_for_the_model_is_not_a_model_event(model):
+    """Hosted mode caps a page's queued model events (2): the page's wait for the load must not take
+    one of them, or a Prefill pressed during the load would be refused."""
+    gate = threading.Event()
+    demo, _ = build_app(loading(model, gate), HOSTED)
+    gate.set()
+    (ready,) = [fn for fn in demo.fns.values() if getattr(fn.fn, "func", None) is on_model_ready]
+    assert ready.concurrency_id != MODEL_QUEUE and ready.concurrency_limit is None
