@@ -205,7 +205,7 @@ class ServedHandlers:
         views stay as they were."""
         if not path:
             return tuple(gr.skip() for _ in range(STEP_OUTPUTS + len(RESTORED_INPUTS)))
-        self.served.registry.pending.wait()  # the views import the runner: after the start-up load has
+        self.served.registry.pending.wait()  # the views import the runner, which the start-up load imports first
         visit = Visit.replay(*load_run(path), self.served.limits)
         outputs = _replay_outputs(visit, *view_controls)
         self.served.live.admit(_page(request), visit, client_address(request))

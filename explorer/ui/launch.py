@@ -14,6 +14,10 @@ import functools
 import os
 import sys
 import traceback
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from explorer.runner.loading import LoadedModel
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
@@ -100,7 +104,7 @@ def serve(args: argparse.Namespace) -> None:
     demo.block_thread()
 
 
-def load_start_model(args: argparse.Namespace):
+def load_start_model(args: argparse.Namespace) -> LoadedModel:
     """Import the runner, pick the device and load (and warm up) the model of `args`
     (`explorer.runner.loading.load`), its progress on stderr, then a `READY` line; a failure is printed
     as one line ("error: ...", with the traceback if it is not one of the explorer's errors) and raised.

@@ -106,9 +106,9 @@ class PendingModel:
         """Whether the load has ended (loaded or failed)."""
         return self._future.done()
 
-    def wait(self, timeout_s: float | None = None) -> None:
+    def wait(self) -> None:
         """Wait for the load to end, loaded or failed (it raises nothing)."""
-        wait([self._future], timeout=timeout_s)
+        wait([self._future])
 
     def result(self) -> LoadedModel:
         """The loaded model, once loaded (waits for it).
