@@ -21,9 +21,6 @@ from explorer.config import SamplingSettings
 from explorer.figures.sampling import same_sampling
 from explorer.figures.views import ViewData, ViewOptions, draw
 from explorer.run import AttentionSource, Run
-from explorer.runner.devices import roofline_hardware_key
-from explorer.runner.probe import resolve_hardware, this_machine
-from explorer.runner.sampling import resample
 from explorer.trace import StepTrace
 
 # step index -> (its trace, [L, h] column sums of its attention on the first token): what a front end
@@ -51,6 +48,8 @@ def view_data(run: Run, attention: AttentionSource, options: ViewOptions, view: 
         sinks = every_layer_sinks(run, attention, shown.step_index, {} if sink_sums is None else sink_sums)
         return ViewData(run, attention=blocks, sinks=sinks)
     if view == "roofline" and run.spec is not None:
+        from explorer.runner.probe import this_machine  # torch: imported when a view needs it, not with the app
+
         steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
         executed = tuple(run.costs(step) for step in steps)
         scenario = options.what_if
@@ -68,6 +67,8 @@ def view_data(run: Run, attention: AttentionSource, options: ViewOptions, view: 
             and not same_sampling(preview.to_dict(), shown.sampling.settings):
         # only settings that choose otherwise are a preview; the step's own are its record, not a re-draw
         context = run.ids[: shown.context_length]
+        from explorer.runner.sampling import resample
+
         return ViewData(run, preview=resample(shown.logits, context, preview, preview.seed))
     return ViewData(run)
 
@@ -118,6 +119,8 @@ def roofline_machine(run: Run, hardware: str, saved: bool = False) -> Hardware:
     Raises:
         ConfigError: `hardware` is unknown.
     """
+    from explorer.runner.probe import resolve_hardware
+
     return resolve_hardware(hardware, "cpu" if saved else run.latest.device)
 
 
@@ -125,6 +128,8 @@ def own_hardware(device: str, saved: bool = False) -> str:
     """The roofline machine a view shows unless another is chosen: the one a step on `device` ran on
     ("this-machine", or a GPU's catalogue entry); for a saved run, "this-machine" (the GPU it ran on,
     if any, cannot be named here)."""
+    from explorer.runner.devices import roofline_hardware_key
+
     return THIS_MACHINE if saved else roofline_hardware_key(device)
 
 
@@ -136,4 +141,6 @@ def _measured_on(device: str, hardware: str, saved: bool) -> bool:
         return False
     if saved:
         return not device.startswith("cuda") and hardware == THIS_MACHINE
+    from explorer.runner.devices import roofline_hardware_key
+
     return hardware == roofline_hardware_key(device)

@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 from explorer.config import CACHE_ENV_VAR, cache_dir
 from explorer.errors import ModelLoadError
 
@@ -244,6 +242,8 @@ def convert_gguf(destination: Path, progress: Progress | None = None) -> None:
     Raises:
         ModelLoadError: the GGUF is missing, fails the chat-format checks, or the cache is not writable.
     """
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # here: the model's name is read without them
+
     source = gguf_path()
     report(progress, f"Converting the embedded {GGUF_FILE_NAME} to float32 safetensors (once; about 30 s)")
     report(progress, "Reading the tokenizer from the GGUF")

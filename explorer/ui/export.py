@@ -29,7 +29,6 @@ from gradio.utils import get_upload_folder
 
 from explorer.errors import ExportError
 from explorer.run import step_to_dict
-from explorer.runner.lens import LENS_TOP, lens_positions
 from explorer.saved import run_head, save_run
 from explorer.trace import dumps
 
@@ -191,6 +190,8 @@ def _lens_text_bytes(run, logits: list[np.ndarray]) -> float:
     entropy, each float at the mean text length of a sample of the logits; 0 without a lens (shape-only)."""
     if run.lens_source is None or not logits:
         return 0.0
+    from explorer.runner.lens import LENS_TOP, lens_positions  # torch: imported when needed, not with the app
+
     id_bytes = len(str(logits[0].size)) + 1  # "12345,"
     sample = np.concatenate(_sampled(logits))
     sample = sample[np.isfinite(sample)]

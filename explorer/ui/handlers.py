@@ -13,6 +13,7 @@ import asyncio
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gradio as gr
 
@@ -26,9 +27,7 @@ from explorer.figures.theme import empty_figure, plain_label
 from explorer.figures.views import VIEWS, ViewOptions
 from explorer.journey import step_label
 from explorer.run import Run
-from explorer.runner.equivalence import run_equivalence
 from explorer.runner.prompts import check_prompt_chars
-from explorer.runner.session import InferenceSession
 from explorer.saved import load_run
 from explorer.ui.export import export_label, plan_export, size_text, write_export, write_view_html
 from explorer.ui.hosting import Limits, Served, client_address
@@ -38,6 +37,9 @@ from explorer.ui.status import generated_text, status_text, strip_html
 from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.views import Visit, render
 from explorer.view_data import own_hardware
+
+if TYPE_CHECKING:
+    from explorer.runner.session import InferenceSession
 
 # The handlers' inputs by component name (`explorer.ui.layout` wires them by these names), in order.
 PROMPT_INPUTS = ("model_choice", "custom_model", "prompt", "prompt_tokens", "use_chat_template", "system_prompt",
@@ -127,7 +129,9 @@ class ServedHandlers:
         Returns the step outputs (`step_outputs`)."""
         sampling = (do_sample, temperature, top_k, top_p, min_p, seed, max_new_tokens)
         settings = allowed_settings(settings_from(*sampling), self.served.limits)
-        loaded = self.served.registry.get(model, custom_model)
+        loaded = self.served.registry.get(model, custom_model)  # waits for the start-up model's load
+        from explorer.runner.session import InferenceSession  # imported by then (explorer.ui.launch)
+
         session = InferenceSession(loaded, settings, max_prompt_tokens=self.served.limits.max_prompt_tokens,
                                    limit_advice=self.served.limit_advice())
         self.served.live.check_room(_page(request), client_address(request))
@@ -201,6 +205,7 @@ class ServedHandlers:
         views stay as they were."""
         if not path:
             return tuple(gr.skip() for _ in range(STEP_OUTPUTS + len(RESTORED_INPUTS)))
+        self.served.registry.pending.wait()  # the views import the runner, which the start-up load imports first
         visit = Visit.replay(*load_run(path), self.served.limits)
         outputs = _replay_outputs(visit, *view_controls)
         self.served.live.admit(_page(request), visit, client_address(request))
@@ -529,6 +534,8 @@ def on_equivalence_click(visit: Visit | None, steps: float | None):
                                 "(a saved run has no model).")
     count = _index(steps, 4, APP_EQUIVALENCE_STEPS)
     session = visit.session
+    from explorer.runner.equivalence import run_equivalence  # a session ran: the runner is imported
+
     visit.run.equivalence = run_equivalence(session.loaded, visit.run.steps[0].input_ids, max(1, count))
     return equivalence_figure(visit.run.equivalence, visit.run.piece)
 

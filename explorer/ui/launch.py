@@ -1,21 +1,27 @@
 """The app's command line: load the model, build the app, serve it (`python app.py`, `llm-explorer app`,
 `space/app.py`).
 
-Start-up overlaps its two slow halves on the machine's cores: once torch, transformers and the runner
-are imported, a thread loads (and warms up) the model while the main thread imports Gradio and the
-app's modules; the app is built once both are done. The runner is imported before the thread starts:
-transformers imports its parts lazily, and two threads importing them at once can fail.
+The page is served before the model is loaded: Gradio and the app's modules import no torch, so the
+server is up in a few seconds; a thread then imports torch, transformers and the runner and loads
+(and warms up) the model, while the page says it is loading and the model's events wait for it.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import sys
-import threading
+import traceback
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from explorer.runner.loading import LoadedModel
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+READY = "Model loaded:"  # the line on stderr once the start-up model is loaded and warmed up
 
 
 DESCRIPTION = ("Start the LLM Inference Explorer in the browser: type a prompt, then step through the model's "
@@ -62,10 +68,15 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def serve(args: argparse.Namespace) -> None:
-    """Load the model `args` names and serve the app until interrupted.
+    """Serve the app and load the model `args` names behind it, until interrupted.
+
+    The page is served first (Gradio and the app's layout need no torch); the model is then loaded in
+    a background thread, its progress on stderr, while the page says it is loading and every event
+    that runs the model waits for it. A load that fails is printed ("error: ...") and said on the
+    page; the app stays up (saved runs, other models).
 
     Exits with a one-line "error: ..." message when the installed package lacks a file the page
-    reads (checked before any model work), the model cannot be loaded or the port is taken.
+    reads (checked before any model work) or the port is taken.
     """
     if args.max_prompt_tokens is not None and args.max_prompt_tokens < 1:
         sys.exit("error: --max-prompt-tokens must be at least 1")
@@ -76,49 +87,50 @@ def serve(args: argparse.Namespace) -> None:
         check_assets()  # before any model work: a broken install is said as such
     except ExplorerError as exc:
         sys.exit(f"error: {exc}")
-    import explorer.runner.probe
-    import explorer.runner.sampling
-    import explorer.runner.session  # noqa: F401  (torch and transformers, before the loading thread)
-
-    loading = _Loading(args)
-    loading.start()
-
     from explorer.ui.hosting import limits_for
-    from explorer.ui.layout import build_demo, launch_options  # Gradio's import, beside the model's load
+    from explorer.ui.layout import build_demo, launch_options
+    from explorer.ui.startup import ModelFacts, PendingModel
 
     limits = limits_for(args.hosted)
     if args.max_prompt_tokens is not None:
         limits = dataclasses.replace(limits, max_prompt_tokens=args.max_prompt_tokens)
-    loading.join()
-    if isinstance(loading.error, ExplorerError):
-        sys.exit(f"error: {loading.error}")
-    if loading.error is not None:
-        raise loading.error
-    loaded, device = loading.loaded, loading.device
+    pending = PendingModel(ModelFacts.expected(args.model, args.config), functools.partial(load_start_model, args))
     try:
-        demo = build_demo(loaded, device=device, limits=limits)
-        demo.launch(server_name=args.host, server_port=args.port, **launch_options(limits))
+        demo = build_demo(pending, device=args.device, limits=limits)
+        demo.launch(server_name=args.host, server_port=args.port, prevent_thread_lock=True, **launch_options(limits))
     except OSError as exc:
         sys.exit(f"error: cannot serve on {args.host}:{args.port} ({exc}). Pick another port with --port.")
+    pending.start()  # once the server is up: the loading thread's imports would slow its start
+    demo.block_thread()
 
 
-class _Loading(threading.Thread):
-    """Picks the device and loads the model of `args` (`explorer.runner.loading.load`), its progress
-    on stderr; afterwards `loaded` and `device` are set, or `error` is what the load raised."""
+def load_start_model(args: argparse.Namespace) -> LoadedModel:
+    """Import the runner, pick the device and load (and warm up) the model of `args`
+    (`explorer.runner.loading.load`), its progress on stderr, then a `READY` line; a failure is printed
+    as one line ("error: ...", with the traceback if it is not one of the explorer's errors) and raised.
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        super().__init__(name="explorer-model-load", daemon=True)
-        self.args = args
-        self.loaded = self.device = self.error = None
+    Run in the loading thread only: every runner module the app's handlers import is imported here,
+    before any handler may (transformers imports its parts lazily, and two threads importing them
+    at once can fail).
+    """
+    from explorer.errors import ExplorerError
 
-    def run(self) -> None:
+    try:
+        import explorer.runner.equivalence
+        import explorer.runner.lens
+        import explorer.runner.probe
+        import explorer.runner.sampling
+        import explorer.runner.session  # noqa: F401
         from explorer.runner.devices import pick_device
         from explorer.runner.loading import load
 
-        args = self.args
-        try:
-            self.device = pick_device(args.device)
-            self.loaded = load(model=args.model, config=args.config, device=self.device, dtype=args.dtype,
-                               progress=lambda message: print(message, file=sys.stderr))
-        except BaseException as exc:  # handed to the main thread, which exits with it
-            self.error = exc
+        loaded = load(model=args.model, config=args.config, device=pick_device(args.device), dtype=args.dtype,
+                      progress=lambda message: print(message, file=sys.stderr))
+    except ExplorerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise
+    except Exception:
+        traceback.print_exc()
+        raise
+    print(f"{READY} {loaded.description}", file=sys.stderr)
+    return loaded

@@ -9,10 +9,11 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import gradio as gr
 
-from explorer.analysis.hardware import THIS_MACHINE, hardware_names
+from explorer.analysis.hardware import hardware_names
 from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
@@ -20,8 +21,6 @@ from explorer.config import SamplingSettings
 from explorer.figures.lens import LENS_STATS
 from explorer.figures.theme import empty_figure
 from explorer.figures.views import VIEWS, ZOOM_TOKENS
-from explorer.runner.devices import roofline_hardware_key
-from explorer.runner.loading import LoadedModel
 from explorer.runner.prompts import max_prompt_chars
 from explorer.ui import handlers, lesson
 from explorer.ui.api import API
@@ -30,7 +29,11 @@ from explorer.ui.handlers import PROMPT_INPUTS, SAMPLING_FIELDS, VIEW_INPUTS, WH
 from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
 from explorer.ui.links import LINK_FIELDS, RANGES
 from explorer.ui.models import ModelRegistry
+from explorer.ui.startup import LOADING_STATUS, ModelFacts, PendingModel, on_model_ready
 from explorer.ui.static import asset_text
+
+if TYPE_CHECKING:
+    from explorer.runner.loading import LoadedModel
 
 MODEL_QUEUE = "model"  # every event that may run the model shares one queue
 # Gradio drops a page's state (its Visit) an hour after its last event; the session's memory is freed
@@ -84,10 +87,16 @@ def launch_options(limits: Limits = LOCAL) -> dict:
             "max_file_size": limits.max_upload_bytes}
 
 
-def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL) -> gr.Blocks:
+def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: Limits = LOCAL) -> gr.Blocks:
     """The Gradio app; `loaded` is the start-up model, shared read-only by every visitor, other
-    models picked in the app are loaded on `device`, and `limits` bound what a visitor may ask."""
+    models picked in the app are loaded on `device`, and `limits` bound what a visitor may ask.
+
+    `loaded` may be still loading (a `PendingModel`, as `python app.py` serves the page before the
+    model is loaded): the page then says so on its status line until the model is loaded (or says
+    why it could not be), and every event that runs the model waits for it.
+    """
     served = Served.create(ModelRegistry(loaded, device, limits.allowed_models), limits)
+    facts = served.registry.facts
     app = ServedHandlers(served)
     remove_leftovers()
     c: dict = {}  # the components by name (the handlers name their inputs), for the wiring below
@@ -101,9 +110,9 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
         c["prompt"] = _prompt_box(app)  # rendered in the main column; the examples in the sidebar fill it
         with gr.Sidebar(label="Settings", open=False, width=380, elem_id="settings"):
             gr.Markdown("### Settings", elem_id="settings-title")
-            c |= _model_controls(app, loaded) | _sampling_controls(limits)
+            c |= _model_controls(app, facts) | _sampling_controls(limits)
             _examples(c)
-            c |= _view_settings(loaded) | _what_if_controls()
+            c |= _view_settings(facts) | _what_if_controls()
             _lecture_tools(c, limits)
             gr.Markdown(SHORTCUTS, elem_id="shortcuts")
         gr.Markdown(TITLE, elem_id="title")
@@ -121,14 +130,16 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
                     c["lesson_btn"] = gr.Button("Lesson", elem_id="lesson-btn", min_width=90)
         # the status line quotes a saved run's description and token text (escaped, explorer.ui.plain): no
         # LaTeX, whose $$ delimiters KaTeX would find again in the rendered text
-        c["status"] = gr.Markdown(elem_id="status", latex_delimiters=[], label="Status line (Markdown)")
+        c["status"] = gr.Markdown(LOADING_STATUS if isinstance(loaded, PendingModel) else "", elem_id="status",
+                                  latex_delimiters=[], label="Status line (Markdown)")
         c |= _questions()
         c["strip"] = gr.HTML(elem_id="token-strip", label="Token strip (HTML)")
         with gr.Row(elem_id="step-row"):
             c["step"] = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True, scale=1,
                                     min_width=160)
-            c["layer"] = gr.Slider(0, loaded.model.config.num_hidden_layers - 1, 0, step=1, label="Layer",
-                                   elem_id="layer-slider", scale=1, min_width=200)
+            # its range once the start-up model is loaded (a placeholder, not movable, until then)
+            c["layer"] = gr.Slider(0, (facts.num_layers or 2) - 1, 0, step=1, label="Layer", elem_id="layer-slider",
+                                   scale=1, min_width=200, interactive=facts.num_layers is not None)
             c["text"] = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=1,
                                    max_lines=3, scale=3, min_width=240)
         c["what_if"] = gr.State(Scenario())  # the roofline's what-if, for every redraw of it
@@ -140,6 +151,8 @@ def build_demo(loaded: LoadedModel, device: str = "cpu", limits: Limits = LOCAL)
         _wire_lecture(c, app, demo)
         _wire_views(c, app)
         _wire_lesson(c, app)
+        if isinstance(loaded, PendingModel):
+            _wire_model_ready(c, demo, loaded)
     demo.queue(max_size=limits.queue_size)
     if limits.max_pending_events is not None:
         served.events = EventGate(limits.max_pending_events, queued_events(demo, MODEL_QUEUE))
@@ -161,13 +174,13 @@ def _prompt_box(app: ServedHandlers) -> gr.Textbox:
                       max_length=max_prompt_chars(app.served.limits.max_prompt_tokens))  # typing and pasting stop there
 
 
-def _model_controls(app: ServedHandlers, loaded: LoadedModel) -> dict[str, gr.components.Component]:
+def _model_controls(app: ServedHandlers, facts: ModelFacts) -> dict[str, gr.components.Component]:
     """Model choice and chat template, by name (`PROMPT_INPUTS`, all but the prompt)."""
     registry = app.served.registry
     text = registry.takes_text(registry.default_choice)
     most_chars = max_prompt_chars(app.served.limits.max_prompt_tokens)  # the page stops typing and pasting there
     model_select = gr.Dropdown(registry.choices(), value=registry.default_choice, label="Model",
-                               info=loaded.description, elem_id="model-select")
+                               info=facts.description, elem_id="model-select")
     custom_model = gr.Textbox(label="Or any causal LM: hub id or local folder", elem_id="custom-model",
                               placeholder="e.g. Qwen/Qwen3-0.6B or /path/to/model")
     prompt_tokens = gr.Number(17, label="Prompt length in tokens (shape-only models without a tokenizer)",
@@ -186,14 +199,13 @@ def _model_controls(app: ServedHandlers, loaded: LoadedModel) -> dict[str, gr.co
             "batch_lines": batch_lines, "lm_head_all": lm_head_all}
 
 
-def _view_settings(loaded: LoadedModel) -> dict[str, gr.components.Component]:
+def _view_settings(facts: ModelFacts) -> dict[str, gr.components.Component]:
     """The view controls not needed at every step: heads averaged, attention zoom, roofline machine, presenter."""
     with gr.Accordion("Views: attention, roofline, presenter mode", open=True, elem_id="view-settings"):
         average = gr.Checkbox(False, label="Attention: average over heads", elem_id="average-heads")
         zoom = gr.Textbox("", label=f"Attention: zoom to {ZOOM_TOKENS} tokens from token", max_lines=1,
                           placeholder="empty: the whole matrix", elem_id="attention-zoom")
-        machine = THIS_MACHINE if loaded.shape_only else roofline_hardware_key(loaded.device)
-        hardware = gr.Dropdown(hardware_names(), value=machine, label="Roofline hardware", elem_id="hardware-select")
+        hardware = gr.Dropdown(hardware_names(), value=facts.hardware, label="Roofline hardware", elem_id="hardware-select")
         sink = gr.Number(DEFAULT_SINK_THRESHOLD, label="Attention: a sink puts a mean weight over this on token 0",
                          minimum=0, maximum=1, step=0.05, elem_id="sink-threshold")
         lens_stat = gr.Radio([(label, key) for key, (label, _) in LENS_STATS.items()], value="top1",
@@ -425,6 +437,18 @@ def _wire_lesson(c: dict, app: ServedHandlers) -> None:
                      validator=app.validate_model_event, show_progress="minimal", api_visibility="private")
     c["lesson_close"].click(lesson.on_lesson_close, None, _named(c, ("lesson_panel", "lesson_page")), queue=False,
                             api_visibility="private", show_progress="hidden")
+
+
+def _wire_model_ready(c: dict, demo: gr.Blocks, pending: PendingModel) -> None:
+    """A page opened while the start-up model loads shows it loading on the status line, then the
+    model's note, layer range and roofline machine once it is loaded (or why it could not be). It
+    only waits, so it is in no queue: a page's steps pushed meanwhile are not held behind it, nor
+    counted against the page's cap of queued model events (hosted mode)."""
+    outputs = _named(c, ("status", "model_choice", "layer", "hardware", "prompt", "prompt_tokens", "use_chat_template",
+                         "system_prompt", "enable_thinking"))
+    # no progress shown: its fading would make the status line's "Loading the model…" hard to read
+    demo.load(functools.partial(on_model_ready, pending), None, outputs, concurrency_limit=None,
+              show_progress="hidden", api_visibility="private")
 
 
 def _wire_views(c: dict, app: ServedHandlers) -> None:

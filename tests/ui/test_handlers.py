@@ -8,7 +8,8 @@ import pytest
 
 from explorer.config import preset_names
 from explorer.journey import step_label
-from explorer.ui import handlers, models
+from explorer.runner import loading
+from explorer.ui import handlers
 from explorer.ui.hosting import HOSTED, LOCAL, Limits, Served
 from explorer.ui.models import SHAPE_ONLY_PREFIX, ModelRegistry
 
@@ -158,7 +159,7 @@ def test_the_hosted_menu_offers_its_allowed_hub_model_and_loads_it_by_that_id(mo
     assert registry.choices()[2:] == [SHAPE_ONLY_PREFIX + name for name in preset_names()]
     assert ModelRegistry(model).choices()[1] == SHAPE_ONLY_PREFIX + preset_names()[0]  # locally: not listed
     asked = []
-    monkeypatch.setattr(models, "load_model", lambda name, device: asked.append((name, device)) or model)
+    monkeypatch.setattr(loading, "load_model", lambda name, device: asked.append((name, device)) or model)
     assert registry.get("Qwen/Qwen3-0.6B") is model and asked == [("Qwen/Qwen3-0.6B", "cpu")]
 
 

@@ -3,10 +3,10 @@ entry and the roofs measured on the device beside it; another machine's entry or
 
 from __future__ import annotations
 
-from explorer import view_data as shared
 from explorer.analysis.hardware import THIS_MACHINE, hardware_from_dict
 from explorer.config import SamplingSettings
 from explorer.figures.views import ViewOptions
+from explorer.runner import devices, probe
 from explorer.runner.session import InferenceSession
 from explorer.ui.hosting import LOCAL
 from explorer.ui.views import Visit, render, view_data
@@ -24,8 +24,8 @@ def test_a_live_run_on_a_catalogued_device_gets_its_datasheet_and_measured_roofs
     live.decode_step()
     visit = Visit.start(live, LOCAL)
     probed_on = []
-    monkeypatch.setattr(shared, "roofline_hardware_key", lambda device: "h100-sxm")  # as if it ran on an H100
-    monkeypatch.setattr(shared, "this_machine", lambda device: probed_on.append(device) or PROBED)
+    monkeypatch.setattr(devices, "roofline_hardware_key", lambda device: "h100-sxm")  # as if it ran on an H100
+    monkeypatch.setattr(probe, "this_machine", lambda device: probed_on.append(device) or PROBED)
     options = ViewOptions(1, 0, False, "h100-sxm")
     data = view_data(visit, options, "roofline")
     assert (data.hardware.key, data.measured, data.measured_roofs, probed_on) == ("h100-sxm", True, PROBED, ["cpu"])
