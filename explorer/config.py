@@ -19,6 +19,10 @@ from explorer.errors import ConfigError, SamplingSettingsError, UnknownPresetErr
 
 CACHE_ENV_VAR = "EXPLORER_CACHE_DIR"
 
+# The shape-only preset whose vocabulary is the embedded model's (SmolLM2-135M base and Instruct share
+# it): it reads text with that tokenizer.
+SMOLLM2_PRESET = "smollm2-135m"
+
 # Each preset is the `config.json` published with these weights (copied verbatim into explorer/presets/).
 PRESET_SOURCES = {
     "qwen3-0.6b": "Qwen/Qwen3-0.6B",

@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from explorer.config import PRESET_SOURCES, SamplingSettings, cache_dir, load_hf_config
+from explorer.config import PRESET_SOURCES, SMOLLM2_PRESET, SamplingSettings, cache_dir, load_hf_config
 from explorer.errors import ConfigError, ModelLoadError
 from explorer.families import traced_family
 from explorer.runner import embedded
@@ -47,8 +47,6 @@ __all__ = ["DEFAULT_MODEL", "MEMORY_HEADROOM", "LoadedModel", "cache_dir", "esti
            "resolved_model_config", "warm_up"]
 
 DEFAULT_MODEL = embedded.NAME
-# The shape-only preset whose vocabulary is the embedded model's (SmolLM2-135M base and Instruct share it).
-SMOLLM2_PRESET = "smollm2-135m"
 
 
 @dataclass

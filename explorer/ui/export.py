@@ -175,7 +175,8 @@ def estimated_bytes(visit, keep_attention: bool = True) -> int:
     steps = run.steps
     logits = [step.logits for step in steps if step.logits is not None]
     logits += [stage.logits for step in steps if step.sampling for stage in step.sampling.stages]
-    values_bytes = _values_text_bytes(logits, blank=-np.inf) + _lens_text_bytes(run, logits)
+    value_bytes = _mean_text_bytes(logits, blank=-np.inf) if logits else 0.0
+    values_bytes = _logits_text_bytes(logits, value_bytes) + _lens_text_bytes(run, logits, value_bytes)
     if keep_attention:
         values_bytes += _attention_text_bytes(visit)
     bare = step_to_dict(replace(steps[-1], logits=None, sampling=None, attention=[]), None)
@@ -183,19 +184,24 @@ def estimated_bytes(visit, keep_attention: bool = True) -> int:
     return round(other_bytes + values_bytes)
 
 
-def _lens_text_bytes(run, logits: list[np.ndarray]) -> float:
+def _logits_text_bytes(logits: list[np.ndarray], value_bytes: float) -> float:
+    """Estimated JSON text of the float32 logits (raw and each sampling stage's) as `StepTrace.to_dict`
+    writes them, bytes: each -inf (a token a stage filtered out) as null, every other value at `value_bytes`."""
+    values = sum(array.size for array in logits)
+    blanks = sum(np.count_nonzero(array == -np.inf) for array in logits)
+    return blanks * NULL_BYTES + (values - blanks) * value_bytes
+
+
+def _lens_text_bytes(run, logits: list[np.ndarray], float_bytes: float) -> float:
     """Estimated JSON text of the run's logit-lens records, bytes, from their shapes (computed or not:
     a live run computes the lenses no view asked for as it exports, `explorer.runner.lens`): per step,
     (L + 1) x P cells of `LENS_TOP` ids and probabilities, a probability of the next token and an
-    entropy, each float at the mean text length of a sample of the logits; 0 without a lens (shape-only)."""
+    entropy, each float at `float_bytes` (the logits' mean text length); 0 without a lens (shape-only)."""
     if run.lens_source is None or not logits:
         return 0.0
     from explorer.runner.lens import LENS_TOP, lens_positions  # torch: imported when needed, not with the app
 
     id_bytes = len(str(logits[0].size)) + 1  # "12345,"
-    sample = np.concatenate(_sampled(logits))
-    sample = sample[np.isfinite(sample)]
-    float_bytes = len(dumps(sample)) / max(sample.size, 1)  # "x," per value
     cells = sum((len(step.kv) + 1) * lens_positions(len(step.input_ids), len(step.kv)) for step in run.steps)
     return cells * (LENS_TOP * (id_bytes + float_bytes) + 2 * float_bytes)
 
@@ -214,9 +220,14 @@ def _attention_text_bytes(visit) -> float:
     zeros = sum(heads * rows * (rows - 1) // 2 for heads, rows, _ in (record.shape for _, record in records))
     kept = [(index, record) for index, record in records if source.kept(index, record.layer)] or records[-1:]
     newest = [source.probs(index, record.layer) for index, record in kept[-SAMPLE_ARRAYS:]]
-    sample = np.concatenate([picked[picked != 0] for picked in _sampled(newest)])
-    value_bytes = len(dumps(sample)) / max(sample.size, 1)  # "x," per value
-    return zeros * ZERO_BYTES + (values - zeros) * value_bytes
+    return zeros * ZERO_BYTES + (values - zeros) * _mean_text_bytes(newest, blank=0)
+
+
+def _mean_text_bytes(arrays: list[np.ndarray], blank: float) -> float:
+    """The mean JSON text length ("x,") of an evenly spaced sample (`_sampled`) of the arrays' values
+    other than `blank` (0 above attention's diagonal, -inf for a filtered-out token), bytes."""
+    sample = np.concatenate([picked[picked != blank] for picked in _sampled(arrays)])
+    return len(dumps(sample)) / max(sample.size, 1)
 
 
 def _sampled(arrays: list[np.ndarray]) -> list[np.ndarray]:
@@ -236,19 +247,3 @@ def size_text(n_bytes: float) -> str:
             value = n_bytes / scale
             return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
     return f"{n_bytes:.0f} bytes"
-
-
-def _values_text_bytes(arrays: list[np.ndarray], blank: float) -> float:
-    """Estimated JSON text of float32 `arrays` as `StepTrace.to_dict` writes them, bytes: each `blank`
-    value (0 above attention's diagonal, -inf for a token a sampling stage filtered out) at its fixed
-    length, every other value at the mean length of an evenly spaced sample of them."""
-    if not arrays:
-        return 0.0
-    values = sum(array.size for array in arrays)
-    if blank == 0:
-        blanks, blank_bytes = values - sum(np.count_nonzero(array) for array in arrays), ZERO_BYTES
-    else:
-        blanks, blank_bytes = sum(np.count_nonzero(array == blank) for array in arrays), NULL_BYTES
-    sample = np.concatenate([picked[picked != blank] for picked in _sampled(arrays)])
-    value_bytes = len(dumps(sample)) / max(sample.size, 1)  # "x," per value
-    return blanks * blank_bytes + (values - blanks) * value_bytes

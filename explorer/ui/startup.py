@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.analysis.hardware import THIS_MACHINE
+from explorer.config import SMOLLM2_PRESET
 from explorer.errors import ExplorerError, ModelLoadError
 from explorer.runner.embedded import NAME as EMBEDDED_NAME
 from explorer.ui.plain import markdown_text
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
 
 LOADING = "Loading the model…"
 LOADING_STATUS = f"**{LOADING}** Prefill and the other steps wait for it."  # the status line meanwhile
-# the smollm2-135m preset reads text with the embedded model's tokenizer (explorer.runner.loading)
-PRESETS_WITH_TOKENIZER = ("smollm2-135m",)
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class ModelFacts:
         torch: its name and kind; whether it reads text is a guess (a real model: yes; a preset:
         the one the embedded tokenizer serves), set right once it is loaded."""
         if config is not None:
-            return cls(config, True, config in PRESETS_WITH_TOKENIZER)
+            return cls(config, True, config == SMOLLM2_PRESET)
         return cls(model or EMBEDDED_NAME, False, True)
 
     @classmethod
