@@ -19,8 +19,8 @@ from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
 from explorer.analysis.pooling import stack_key_masses
 from explorer.analysis.sinks import first_token_column_sum
 from explorer.config import SamplingSettings
-from explorer.figures.sampling import same_sampling
 from explorer.figures.attention import pooling_factor, stack_attention, stack_rows
+from explorer.figures.sampling import same_sampling
 from explorer.figures.views import AttentionRows, ViewData, ViewOptions, draw, zoom_window
 from explorer.run import AttentionSource, Run
 from explorer.trace import StepTrace

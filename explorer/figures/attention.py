@@ -19,7 +19,6 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from explorer.analysis.pooling import key_block_mass, key_blocks, pool_rows, query_block_starts
-
 from explorer.figures.attention_labels import (
     H_SPACING,
     TITLE_ASCENT_PX,

@@ -11,10 +11,10 @@ import pytest
 from figure_traces import SMOLLM2, TINY, hand_run
 
 from explorer.analysis.measured import stop_costs
+from explorer.figures.attention import stack_attention
 from explorer.figures.dims import DIM_COLOURS, coloured
 from explorer.figures.forward import ROW_CHARS, forward_figure
 from explorer.figures.journey import journey_figure
-from explorer.figures.attention import stack_attention
 from explorer.figures.views import AttentionRows, ViewData, ViewOptions, draw
 
 SPAN = re.compile(r'<span style="color:(#[0-9a-f]{6})">([\w]+)</span>')

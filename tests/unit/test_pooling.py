@@ -37,7 +37,7 @@ def naive_pool(stacked: np.ndarray, factor: int, own: int) -> np.ndarray:
     starts = [r for r in range(rows) if (r % factor == 0 and r < own_start) or r in (0, own_start)]
     ends = [*starts[1:], rows]
     cells = np.full((len(starts), math.ceil(n / factor)), np.nan)
-    for i, (first, last) in enumerate(zip(starts, ends)):
+    for i, (first, last) in enumerate(zip(starts, ends, strict=True)):
         for j, key in enumerate(range(0, n, factor)):
             block = stacked[first:last, key:key + factor]
             if np.isfinite(block).any():
