@@ -38,7 +38,8 @@ ATTENTION_BLOCK_BYTES = 32 * 2**20
 # (always kept; a matrix is recomputed from them and the cached keys, a 2,048-token prefill layer in
 # about 0.3 s), plus as many float32 probability matrices as fit beside them, the newest first. A short
 # prompt keeps every matrix; a 2,048-token prompt with 64 decode steps keeps 146 MB of queries, a few
-# MB of matrices and, with its 97 MB KV cache, stays within the app's 300 MB per-session budget.
+# MB of matrices and, with its 97 MB KV cache and at most 32 MB of pooled views
+# (`explorer.runner.attention_store.POOLED_BYTES`), stays within the app's 300 MB per-session budget.
 DEFAULT_ATTENTION_BUDGET_BYTES = 144 * 2**20
 
 _KV_DTYPES = {4: "fp32", 2: "bf16", 1: "fp8"}

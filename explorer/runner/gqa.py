@@ -149,7 +149,8 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.
     block = block_rows(h_q, q_len, n, query.element_size())
     causal_only = key_factor > 1 and padding is None  # pooled: a block's keys after its last row weigh exactly 0
     with torch.inference_mode():
-        for first in range(first_row - first_row % block, last_row, block):
+        starts = range(first_row - first_row % block, last_row, block) if first_row < last_row else ()  # the step's blocks
+        for first in starts:
             last = min(first + block, q_len)
             mask = block_mask(None, first, last, q_len, n, query.dtype, query.device)
             if padding is not None:  # a left-padded sequence's padded keys
