@@ -47,11 +47,11 @@ def measure(n_tokens: int) -> None:
     from bench_runner import prompt_of
 
     from explorer.config import SamplingSettings
-    from explorer.runner.loading import load_model
+    from explorer.runner.loading import load
     from explorer.runner.session import InferenceSession
 
     torch.set_grad_enabled(False)
-    loaded = load_model(device="cpu")
+    loaded = load(device="cpu")  # as the app and the CLI start: then `settle` (and its heap policy)
     prompt = prompt_of(loaded.tokenizer, n_tokens)
     warm = InferenceSession(loaded, SamplingSettings(max_new_tokens=2))
     warm.prefill(prompt[:200], use_chat_template=False)

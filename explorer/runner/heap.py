@@ -7,7 +7,9 @@ for reuse. The threshold starts at 128 KB and rises to the size of each large bl
 holes they leave (between tensors still alive) are not returned. Fixing the threshold stops that:
 a 2,048-token prompt on the embedded model then peaked 100-230 MB lower (1,219-1,223 MB against
 1,324-1,452 MB of peak RSS in five `python -m explorer trace ... --steps 8 --no-chat-template` runs;
-a 20-token prompt's peak did not move: 935-951 MB against 950 MB).
+a 20-token prompt's peak did not move: 935-951 MB against 950 MB). A tensor with pages of its own
+faults them in afresh each time, so the tensors made over and over (an attention block's) are kept
+under the threshold (`explorer.analysis.memory.ATTENTION_BLOCK_BYTES`).
 """
 
 from __future__ import annotations
