@@ -200,7 +200,7 @@ def test_a_prefills_key_masses_computed_block_by_block_equal_eager_attentions(ru
 
 
 def test_a_few_prefill_rows_are_recomputed_alone_and_equal_eager_attentions(run, eager_attentions):
-    """A zoom window's rows, across a boundary of the recompute's query blocks (64 rows here)."""
+    """A zoom window's rows, across a boundary of the recompute's query blocks (16 rows here)."""
     session, _ = run
     part = session.attention.probs(0, 1, rows=(1000, 1048))
     assert part.shape == (HQ, 48, PROMPT_TOKENS)
