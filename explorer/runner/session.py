@@ -29,7 +29,7 @@ from explorer.runner.devices import free_memory_bytes
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.lens import DEFAULT_LENS_BUDGET_BYTES, LiveLens, capture_residuals, lens_positions
-from explorer.runner.loading import LoadedModel
+from explorer.runner.loading import LoadedModel, collector_paused
 from explorer.runner.prompts import check_prompt_chars, check_unicode
 from explorer.runner.sampling import sample_next_token
 from explorer.runner.timing import step_clock
@@ -244,7 +244,8 @@ class InferenceSession:
                 self.settings = settings
             if self._batch is not None:
                 self._batch.extend()
-            return self._step("decode", [self.generated[-1]], {}, None)
+            with collector_paused():
+                return self._step("decode", [self.generated[-1]], {}, None)
 
     def branch(self, step_index: int) -> None:
         """Continue from an earlier step: drop the steps after `step_index` and crop the KV cache to
