@@ -24,6 +24,7 @@ import numpy as np
 
 from explorer.analysis.equivalence import EquivalenceResult
 from explorer.analysis.measured import StepCosts, trace_costs
+from explorer.analysis.pooling import matrix_part
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import ConfigError, SessionStateError
 from explorer.trace import LensRecord, StepTrace
@@ -34,9 +35,12 @@ UNKNOWN_PIECE = "?"  # the piece of a token id the run does not name
 class AttentionSource(Protocol):
     """Where a run's attention probabilities come from."""
 
-    def probs(self, step: int, layer: int) -> np.ndarray:
+    def probs(self, step: int, layer: int, rows: tuple[int, int] | None = None, key_factor: int = 1) -> np.ndarray:
         """A layer's attention probabilities at a step: [h_q, q_len, kv_len] float32, rows sum to 1
-        (prefill [h_q, T, T], decode [h_q, 1, n]).
+        (prefill [h_q, T, T], decode [h_q, 1, n]); or a part of them, as
+        `explorer.analysis.pooling.matrix_part` takes it: query rows `rows` (first, last + 1) only,
+        and with `key_factor` > 1 each row's mass on blocks of that many keys ([h_q, rows,
+        ceil(kv_len / key_factor)]), so that a long prefill's whole matrix need not be held.
 
         Raises:
             IndexError: no such step or layer.
@@ -253,8 +257,8 @@ class SavedAttention:
 
     kept = has  # a saved matrix is never computed
 
-    def probs(self, step: int, layer: int) -> np.ndarray:
-        """The saved matrix (see `AttentionSource.probs`).
+    def probs(self, step: int, layer: int, rows: tuple[int, int] | None = None, key_factor: int = 1) -> np.ndarray:
+        """The saved matrix, or its part (see `AttentionSource.probs`).
 
         Raises:
             SessionStateError: the file holds none for this step and layer.
@@ -263,7 +267,7 @@ class SavedAttention:
         if probs is None:
             raise SessionStateError(f"The saved run holds no attention for layer {layer} at step {step} "
                                     f"({self._missing}).")
-        return probs
+        return matrix_part(probs, rows, key_factor)
 
 
 def step_to_dict(step: StepTrace, attention: AttentionSource | None, lens: LensRecord | None = None) -> dict:

@@ -16,10 +16,12 @@ import plotly.graph_objects as go
 
 from explorer.analysis.hardware import THIS_MACHINE, Hardware
 from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
+from explorer.analysis.pooling import stack_key_masses
 from explorer.analysis.sinks import first_token_column_sum
 from explorer.config import SamplingSettings
+from explorer.figures.attention import pooling_factor, stack_attention, stack_rows
 from explorer.figures.sampling import same_sampling
-from explorer.figures.views import ViewData, ViewOptions, draw
+from explorer.figures.views import AttentionRows, ViewData, ViewOptions, draw, zoom_window
 from explorer.run import AttentionSource, Run
 from explorer.trace import StepTrace
 
@@ -44,9 +46,8 @@ def view_data(run: Run, attention: AttentionSource, options: ViewOptions, view: 
         steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
         return ViewData(run, stop_costs=tuple(stop_costs(run.spec, run.step(step), options.layer) for step in steps))
     if view == "attention" and not shown.shape_only:
-        blocks = tuple(attention.probs(step, options.layer) for step in range(shown.step_index + 1))
         sinks = every_layer_sinks(run, attention, shown.step_index, {} if sink_sums is None else sink_sums)
-        return ViewData(run, attention=blocks, sinks=sinks)
+        return ViewData(run, attention=attention_rows(run, attention, options, shown), sinks=sinks)
     if view == "roofline" and run.spec is not None:
         from explorer.runner.probe import this_machine  # torch: imported when a view needs it, not with the app
 
@@ -79,6 +80,25 @@ def render(run: Run, attention: AttentionSource, options: ViewOptions, view: str
     """The figure of one view (one of `explorer.figures.views.VIEWS`) at `options` (`view_data`, then
     `draw`); for the sampling view, `preview` applies other settings to the step's stored logits."""
     return draw(view, view_data(run, attention, options, view, preview, saved, sink_sums), options)
+
+
+def attention_rows(run: Run, attention: AttentionSource, options: ViewOptions, shown: StepTrace) -> AttentionRows:
+    """The rows of the shown layer's stacked matrix that the attention view draws at `shown`: a zoom
+    window's rows; else, where the figure pools (`pooling_factor`), the key-block masses, the
+    prefill's computed a block of query rows at a time; else the whole matrix (`stack_attention`).
+    Each decode step adds one row, fetched whole."""
+    layer, n, prompt = options.layer, shown.context_length, run.steps[0].context_length
+    if options.zoom is not None:
+        start, stop = zoom_window(options.zoom, n)
+        prefill = attention.probs(0, layer, rows=(min(start, prompt), min(stop, prompt)))
+        decode = [attention.probs(step, layer) for step in range(max(1, start - prompt + 1), stop - prompt + 1)]
+        return AttentionRows(stack_rows(prefill, start, decode, n), first_row=start)
+    decode = [attention.probs(step, layer) for step in range(1, shown.step_index + 1)]
+    factor = pooling_factor(n, 1 if options.average_heads else shown.attention[layer].shape[0])
+    if factor == 1:
+        return AttentionRows(stack_attention([attention.probs(0, layer), *decode]))
+    return AttentionRows(stack_key_masses(attention.probs(0, layer, key_factor=factor), decode, factor),
+                         key_factor=factor)
 
 
 def every_layer_sinks(run: Run, attention: AttentionSource, step: int, held: SinkSums) -> np.ndarray | None:

@@ -18,6 +18,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
+from explorer.analysis.pooling import key_block_mass, key_blocks, pool_rows, query_block_starts
 from explorer.figures.attention_labels import (
     H_SPACING,
     TITLE_ASCENT_PX,
@@ -64,23 +65,50 @@ def stack_attention(blocks: list[np.ndarray]) -> np.ndarray:
     first = blocks[0]
     if first.ndim != 3 or first.shape[1] != first.shape[2]:
         raise ValueError(f"The prefill block must be [h_q, T, T], got {list(first.shape)}.")
-    heads, prompt = first.shape[0], first.shape[1]
-    size = prompt + len(blocks) - 1
-    stacked = np.full((heads, size, size), np.nan, dtype=np.float32)
-    stacked[:, :prompt, :prompt] = first
-    for k, block in enumerate(blocks[1:], start=1):
-        n = prompt + k  # context length after decode step k
-        if block.ndim != 3 or block.shape[0] != heads or block.shape[1] != 1 or block.shape[2] > n:
-            raise ValueError(f"Decode step {k}'s block must be [{heads}, 1, <= {n}], got {list(block.shape)}.")
-        stacked[:, n - 1, :n] = 0.0
-        stacked[:, n - 1, n - block.shape[2]:n] = block[:, 0, :]
-    stacked[:, np.triu(np.ones((size, size), dtype=bool), k=1)] = np.nan
+    return stack_rows(first, 0, blocks[1:], first.shape[2] + len(blocks) - 1)
+
+
+def stack_rows(prefill_rows: np.ndarray, first_row: int, decode: list[np.ndarray], n: int) -> np.ndarray:
+    """Query rows first_row.. of the stacked causal matrix (`stack_attention`): some of the prefill's
+    rows, then the rows of the decode steps that follow them (a zoom window's rows).
+
+    Args:
+        prefill_rows: [h_q, r, T] float32, the prefill's rows first_row..first_row + r - 1 (r may be 0).
+        first_row: the absolute position of the first row.
+        decode: the decode blocks [h_q, 1, kv_len] of the next rows, one per step, each holding the
+            last kv_len keys of its context (its position + 1); none unless the prefill's rows end at T.
+        n: the keys drawn, 0..n-1.
+
+    Returns:
+        [h_q, r + len(decode), n] float32; NaN above the causal diagonal (a row's keys after itself).
+
+    Raises:
+        ValueError: a block not 3-D; head counts differ; decode rows after prefill rows that stop
+            before T; a decode block with more than one row or wider than its context.
+    """
+    if prefill_rows.ndim != 3:
+        raise ValueError(f"The prefill rows must be [h_q, r, T], got {list(prefill_rows.shape)}.")
+    heads, prompt_rows, prompt = prefill_rows.shape
+    if decode and first_row + prompt_rows < prompt:
+        raise ValueError(f"Decode rows follow the prefill's last row ({prompt - 1}), not row {first_row + prompt_rows}.")
+    stacked = np.full((heads, prompt_rows + len(decode), n), np.nan, dtype=np.float32)
+    stacked[:, :prompt_rows, :prompt] = prefill_rows
+    for k, block in enumerate(decode):
+        row = prompt_rows + k
+        context = first_row + row + 1
+        if block.ndim != 3 or block.shape[0] != heads or block.shape[1] != 1 or block.shape[2] > context:
+            raise ValueError(f"The decode block at position {context - 1} must be [{heads}, 1, <= {context}], "
+                             f"got {list(block.shape)}.")
+        stacked[:, row, :context] = 0.0
+        stacked[:, row, context - block.shape[2]:context] = block[:, 0, :]
+    stacked[:, np.triu(np.ones((stacked.shape[1], n), dtype=bool), k=first_row + 1)] = np.nan
     return stacked
 
 
 def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, layer: int, step: int,
                      new_rows: int = 0, average: bool = False, window: tuple[int, int] | None = None,
-                     presenter: bool = False, head_notes: list[str] | None = None, note: str = "") -> go.Figure:
+                     presenter: bool = False, head_notes: list[str] | None = None, note: str = "",
+                     first_row: int | None = None, key_factor: int = 1) -> go.Figure:
     """Heatmaps of attention probabilities, one per query head grouped by KV head, or their mean.
 
     A long context is pooled so that the figure stays within `MAX_CELLS` cells (see `pool_attention`;
@@ -89,8 +117,10 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
     at full resolution, and a column at the left holds each row's weight on the keys before it.
 
     Args:
-        probs: [h_q, rows, n] float32 probabilities (rows = n for a full stacked matrix; NaN draws blank).
-        pieces: the n token pieces, the keys; the queries are the last `rows` of them.
+        probs: [h_q, rows, n] float32 probabilities (rows = n for a full stacked matrix; NaN draws blank);
+            with `key_factor` > 1, [h_q, rows, ceil(n / key_factor)] key-block masses
+            (`explorer.analysis.pooling.key_block_mass`) of a matrix pooled by that factor.
+        pieces: the n token pieces, the keys; the queries are the last `rows` of them, unless `first_row`.
         n_kv_heads: h_kv; h_q / h_kv query heads share each KV head.
         layer: the decoder layer shown (for the title).
         step: the step shown (0 = prefill), for the title and `layout.meta`.
@@ -102,6 +132,10 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
             fewer tick labels where the larger ones would not fit, and shorter title lines.
         head_notes: text appended to each query head's panel title (h_q of them; not with `average`).
         note: one more title line (e.g. the attention sinks measured).
+        first_row: the absolute position of the first of `probs`' rows (a window's rows, given alone);
+            None: n - rows.
+        key_factor: `probs` holds key-block masses of this many tokens a block (not with `window`):
+            the figure is pooled by that factor, which the caller takes from `pooling_factor`.
 
     Returns:
         A figure with `layout.meta == {"view": "attention", "step": step}`: one heatmap trace per panel
@@ -115,10 +149,10 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
         ValueError: `probs` not 3-D, `pieces` not n long, rows > n, h_q not a multiple of `n_kv_heads`,
             `new_rows` outside 0..rows, or `window` outside 0..n or holding none of the query rows.
     """
-    _check(probs, pieces, n_kv_heads, new_rows, window)
-    heads, rows, n = probs.shape
+    _check(probs, pieces, n_kv_heads, new_rows, window, first_row, key_factor)
+    heads, rows, n = probs.shape[0], probs.shape[1], len(pieces)
     group = heads // n_kv_heads
-    first_query = n - rows
+    first_query = n - rows if first_row is None else first_row
     (key_start, key_stop) = window if window is not None else (0, n)
     query_start, query_stop = max(key_start, first_query), key_stop
     own = max(0, query_stop - max(n - new_rows, query_start))  # the newest rows in view
@@ -126,8 +160,8 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
     matrices = [seen.mean(axis=0, dtype=np.float32)] if average else list(seen)
     titles = [f"mean over {heads} query heads"] if average else [
         f"q head {h} · KV head {h // group}{head_notes[h] if head_notes else ''}" for h in range(heads)]
-    factor = 1 if window is not None else pooling_factor(n, len(matrices))
-    query_starts = query_start + _query_block_starts(query_start, query_stop - query_start, factor, own)
+    factor = 1 if window is not None else key_factor if key_factor > 1 else pooling_factor(n, len(matrices))
+    query_starts = query_start + query_block_starts(query_start, query_stop - query_start, factor, own)
     queries = block_labels(pieces, query_starts, query_stop)
     keys = block_labels(pieces, np.arange(key_start, key_stop, factor), key_stop)
     if key_start > 0:  # the window's rows also weigh the keys before it: one column of their sums
@@ -148,9 +182,11 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
                                  horizontal_spacing=H_SPACING, vertical_spacing=geometry.vertical_spacing)
     panel_cells = [cells[index // columns + 1, index % columns + 1] for index in range(len(matrices))]
     key_names, query_names = [k for k, _ in keys], [q for q, _ in queries]
-    data = [{"type": "heatmap", "z": pool_attention(m[:, key_start:key_stop], n, factor, own),
+    pooled = [pool_rows(m, n, factor, own) if key_factor > 1 else pool_attention(m[:, key_start:key_stop], n, factor, own)
+              for m in matrices]
+    data = [{"type": "heatmap", "z": z,
              "x": key_names[1:] if key_start > 0 else key_names, "y": query_names, "coloraxis": "coloraxis",
-             "hovertemplate": cell_hover(factor > 1), **cell} for m, cell in zip(matrices, panel_cells, strict=True)]
+             "hovertemplate": cell_hover(factor > 1), **cell} for z, cell in zip(pooled, panel_cells, strict=True)]
     if key_start > 0:
         data += [{"type": "heatmap", "z": o[:, None], "x": key_names[:1], "y": query_names, "coloraxis": "coloraxis",
                   "xgap": 3, "hovertemplate": outside_hover(key_start), **cell}
@@ -206,15 +242,7 @@ def pool_attention(probs: np.ndarray, n: int, factor: int, own_rows: int = 0) ->
     """
     if factor == 1:
         return probs.astype(np.float32)
-    rows = probs.shape[0]
-    seen = np.isfinite(probs)
-    key_starts = np.arange(0, probs.shape[1], factor)
-    mass = np.add.reduceat(np.where(seen, probs, 0.0), key_starts, axis=1)
-    visible = np.add.reduceat(seen, key_starts, axis=1)
-    query_starts = _query_block_starts(n - rows, rows, factor, own_rows)
-    sizes = np.diff(np.append(query_starts, rows))[:, None]
-    pooled = np.add.reduceat(mass, query_starts, axis=0) / sizes
-    return np.where(np.add.reduceat(visible, query_starts, axis=0) > 0, pooled, np.nan).astype(np.float32)
+    return pool_rows(key_block_mass(np.where(np.isfinite(probs), probs, np.float32(0)), factor), n, factor, own_rows)
 
 
 def power_colorscale(gamma: float = GAMMA, base: str = BASE_SCALE, stops: int = COLOUR_STOPS) -> list[list]:
@@ -232,15 +260,6 @@ def _power_stops(gamma: float, base: str, stops: int) -> tuple[tuple[float, str]
                  for p, colour in zip(u ** (1.0 / gamma), colours, strict=True))
 
 
-def _query_block_starts(first: int, rows: int, factor: int, own_rows: int = 0) -> np.ndarray:
-    """Row indices where a block starts, rows being absolute positions first..first+rows-1; pooled
-    (factor > 1), the last `own_rows` rows make one block of their own."""
-    positions = np.arange(first, first + rows)
-    own = first + rows - own_rows
-    aligned = (positions % factor == 0) & ((positions < own) | (factor == 1))
-    return np.flatnonzero(aligned | (positions == first) | (positions == own))
-
-
 def grid_columns(n_heads: int, group: int) -> int:
     """Panels per grid row: a whole GQA group per row where it fits (g <= 6 columns), else a divisor
     of g; small groups (MHA, g = 2) share a row, up to 4 panels."""
@@ -252,19 +271,25 @@ def grid_columns(n_heads: int, group: int) -> int:
 
 
 def _check(probs: np.ndarray, pieces: list[str], n_kv_heads: int, new_rows: int,
-           window: tuple[int, int] | None) -> None:
+           window: tuple[int, int] | None, first_row: int | None, key_factor: int) -> None:
     if probs.ndim != 3:
         raise ValueError(f"probs must be [h_q, rows, n], got {list(probs.shape)}.")
-    heads, rows, n = probs.shape
-    if len(pieces) != n or rows > n:
-        raise ValueError(f"probs {list(probs.shape)} needs rows <= n and {n} pieces, got {len(pieces)}.")
+    heads, rows, width = probs.shape
+    n = len(pieces)
+    first = n - rows if first_row is None else first_row
+    if width != key_blocks(n, key_factor) or not 0 <= first <= first + rows <= n:
+        raise ValueError(f"probs {list(probs.shape)} needs rows {first}.. within the {n} pieces and "
+                         f"{key_blocks(n, key_factor)} key columns.")
+    if key_factor > 1 and window is not None:
+        raise ValueError("A window is drawn from probabilities, not key-block masses.")
     if n_kv_heads < 1 or heads % n_kv_heads:
         raise ValueError(f"{heads} query heads cannot be grouped over {n_kv_heads} KV heads.")
     if not 0 <= new_rows <= rows:
         raise ValueError(f"new_rows must be within 0..{rows}, got {new_rows}.")
-    if window is not None and not (0 <= window[0] < window[1] <= n and window[1] > n - rows):
+    if window is not None and not (0 <= window[0] < window[1] <= n and window[1] > first
+                                   and window[1] <= first + rows):
         raise ValueError(f"The window must lie within tokens 0..{n} and hold one of the query rows "
-                         f"{n - rows}..{n - 1}, got {window}.")
+                         f"{first}..{first + rows - 1}, got {window}.")
 
 
 def _colour_bar_carrier(cell: dict[str, str]) -> dict:

@@ -18,7 +18,7 @@ from explorer.analysis.measured import Scenario, StepCosts
 from explorer.analysis.records import OpCost
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, SinkSummary, first_token_importance
 from explorer.families import FAMILIES
-from explorer.figures.attention import attention_figure, stack_attention
+from explorer.figures.attention import attention_figure
 from explorer.figures.experts import add_routing_panel
 from explorer.figures.forward import forward_figure
 from explorer.figures.journey import journey_figure
@@ -66,13 +66,29 @@ class ViewOptions:
 
 
 @dataclass(frozen=True)
+class AttentionRows:
+    """The query rows of a layer's stacked causal matrix (`stack_attention`) that the attention view draws.
+
+    Attributes:
+        values: [h_q, rows, n] float32 probabilities, NaN above the causal diagonal; with `key_factor`
+            > 1, [h_q, rows, ceil(n / key_factor)] key-block masses (`explorer.analysis.pooling`).
+        first_row: the absolute position of the first row (0: the whole matrix; a zoom window's start).
+        key_factor: tokens per pooled block, 1 where `values` are probabilities.
+    """
+
+    values: np.ndarray
+    first_row: int = 0
+    key_factor: int = 1
+
+
+@dataclass(frozen=True)
 class ViewData:
     """What a view draws.
 
     Attributes:
         run: the steps.
-        attention: attention view: the shown layer's probabilities at each step up to the shown one
-            (prefill [h_q, T, T], then [h_q, 1, n] per decode step, float32); empty in shape-only mode.
+        attention: attention view: the shown layer's attention up to the shown step, whole, pooled or
+            a zoom window's rows; None in shape-only mode.
         costs: roofline view: the prefill's `StepCosts`, then the shown decode step's (if one is shown),
             under the what-if where one is set; empty where the cost model does not know the family.
         executed: roofline view, with a what-if: the steps' own `StepCosts`, for comparison.
@@ -93,7 +109,7 @@ class ViewData:
     """
 
     run: Run
-    attention: tuple[np.ndarray, ...] = ()
+    attention: AttentionRows | None = None
     costs: tuple[StepCosts, ...] = ()
     executed: tuple[StepCosts, ...] = ()
     sweeps: tuple[tuple[str, tuple[StepCosts, ...]], ...] = ()
@@ -143,22 +159,29 @@ def fig_attention(data: ViewData, options: ViewOptions) -> go.Figure:
     """The layer's causal attention up to the shown step: the prefill triangle plus a row per step;
     with `options.zoom`, a `ZOOM_TOKENS`-token window of it at full resolution."""
     trace = data.run.step(options.step)
-    if trace.shape_only:
+    if trace.shape_only or data.attention is None:
         return empty_figure("attention", NO_VALUES.format("attention probabilities"))
-    probs, pieces = stack_attention(list(data.attention)), data.run.pieces_until(trace.step_index)
-    window = None
-    if options.zoom is not None:
-        start = max(0, min(options.zoom, len(pieces) - ZOOM_TOKENS))
-        window = (start, min(start + ZOOM_TOKENS, len(pieces)))
+    shown, pieces = data.attention, data.run.pieces_until(trace.step_index)
+    window = zoom_window(options.zoom, len(pieces)) if options.zoom is not None else None
     n_kv_heads = trace.kv[options.layer].key_shape[1]
-    # the first token's importance per head of this layer: the run's sums, else from the matrix
-    importance = data.sinks[options.layer] if data.sinks is not None else first_token_importance(probs)
+    # the first token's importance per head of this layer: the run's sums, else from the whole matrix
+    whole = shown.first_row == 0 and shown.key_factor == 1 and shown.values.shape[1] == len(pieces)
+    importance = data.sinks[options.layer] if data.sinks is not None else \
+        first_token_importance(shown.values) if whole else None
     threshold = options.sink_threshold
-    notes = [f" · sink {value:.2f}{' ●' if value > threshold else ''}" for value in importance]
-    return attention_figure(probs, pieces, n_kv_heads, options.layer, trace.step_index,
+    notes = None if importance is None else \
+        [f" · sink {value:.2f}{' ●' if value > threshold else ''}" for value in importance]
+    return attention_figure(shown.values, pieces, n_kv_heads, options.layer, trace.step_index,
                             new_rows=min(trace.step_index, 1), average=options.average_heads, window=window,
                             presenter=options.presenter, head_notes=notes,
-                            note=sink_note(importance, data.sinks, threshold))
+                            note="" if importance is None else sink_note(importance, data.sinks, threshold),
+                            first_row=shown.first_row, key_factor=shown.key_factor)
+
+
+def zoom_window(zoom: int, n: int) -> tuple[int, int]:
+    """The `ZOOM_TOKENS`-token window of n tokens drawn for a zoom from token `zoom` (kept inside 0..n)."""
+    start = max(0, min(zoom, n - ZOOM_TOKENS))
+    return start, min(start + ZOOM_TOKENS, n)
 
 
 def sink_note(importance: np.ndarray, every_layer: np.ndarray | None, threshold: float) -> str:

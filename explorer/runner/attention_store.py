@@ -1,6 +1,8 @@
 """A live session's attention: every step's post-RoPE queries, and as many probability matrices as fit
 beside them within one memory budget; any other matrix is recomputed from the queries and the cached
-keys (`LiveAttention`, the session's `explorer.run.AttentionSource`)."""
+keys (`LiveAttention`, the session's `explorer.run.AttentionSource`). A long prefill's pooled view
+(its key-block masses, `explorer.analysis.pooling`) is kept apart, within `POOLED_BYTES`, so that
+the next decode step's figure does not recompute it."""
 
 from __future__ import annotations
 
@@ -10,7 +12,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from explorer.analysis.pooling import matrix_part
 from explorer.runner.gqa import AttentionInputs
+
+# The pooled views a session keeps beside its attention budget: a 2,048-token prefill layer's key-block
+# masses are 3.7 MB on the embedded model (9 heads x 2,048 rows x 50 blocks, float32), a 8,192-token
+# one's 15 MB; the least recently drawn go first.
+POOLED_BYTES = 32 * 2**20
 
 
 class AttentionStore:
@@ -30,6 +38,7 @@ class AttentionStore:
         self.query_bytes = 0
         self.kept_bytes = 0
         self._kept: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._pooled: OrderedDict[tuple[int, int, int], np.ndarray] = OrderedDict()  # (step, layer, factor)
 
     def keeper(self) -> Callable[[int, list[int], int], bool]:
         """For the next step's `StepRecorder`: (layer, [h_q, q_len, kv_len], the layer's query bytes) ->
@@ -66,6 +75,8 @@ class AttentionStore:
         self.query_bytes = sum(layer.query.nbytes for step in self.inputs for layer in step.values())
         for key in [key for key in self._kept if key[0] >= steps]:
             self.kept_bytes -= self._kept.pop(key).nbytes
+        for key in [key for key in self._pooled if key[0] >= steps]:
+            del self._pooled[key]
 
     def get(self, step: int, layer: int) -> np.ndarray | None:
         """The kept matrix (now the most recently used), or None where it is not kept."""
@@ -86,6 +97,19 @@ class AttentionStore:
         """Whether the matrix is kept (`get` would not recompute it)."""
         return (step, layer) in self._kept
 
+    def pooled(self, step: int, layer: int, factor: int) -> np.ndarray | None:
+        """The kept key-block masses of a matrix (now the most recently used), or None."""
+        mass = self._pooled.get((step, layer, factor))
+        if mass is not None:
+            self._pooled.move_to_end((step, layer, factor))
+        return mass
+
+    def keep_pooled(self, step: int, layer: int, factor: int, mass: np.ndarray) -> None:
+        """Keep a matrix's key-block masses within `POOLED_BYTES`, the least recently used going first."""
+        self._pooled[(step, layer, factor)] = mass
+        while sum(kept.nbytes for kept in self._pooled.values()) > POOLED_BYTES:
+            self._pooled.popitem(last=False)
+
     def _shrink(self) -> None:
         while self._kept and self.kept_bytes > self.budget_bytes - self.query_bytes:
             _, probs = self._kept.popitem(last=False)
@@ -98,11 +122,13 @@ class LiveAttention:
 
     Args:
         budget_bytes: the session's attention memory, queries and kept matrices together.
-        recompute: (step, layer) -> [h_q, q_len, kv_len] float32, the session's recompute.
+        recompute: (step, layer, rows, key_factor) -> the session's recompute of a matrix or its part
+            (as `explorer.run.AttentionSource.probs` returns it).
         has_values: False in shape-only mode (no weights, so no probabilities).
     """
 
-    def __init__(self, budget_bytes: int, recompute: Callable[[int, int], np.ndarray], has_values: bool) -> None:
+    def __init__(self, budget_bytes: int, recompute: Callable[[int, int, tuple[int, int] | None, int], np.ndarray],
+                 has_values: bool) -> None:
         self.budget_bytes, self._recompute, self._has_values = budget_bytes, recompute, has_values
         self.store = AttentionStore(budget_bytes)
 
@@ -118,11 +144,21 @@ class LiveAttention:
         """Whether the store keeps the matrix (see `AttentionSource.kept`)."""
         return self.store.kept(step, layer)
 
-    def probs(self, step: int, layer: int) -> np.ndarray:
-        """See `explorer.run.AttentionSource.probs`."""
+    def probs(self, step: int, layer: int, rows: tuple[int, int] | None = None, key_factor: int = 1) -> np.ndarray:
+        """See `explorer.run.AttentionSource.probs`: a whole matrix is kept within the budget once
+        recomputed, a whole matrix's key-block masses within `POOLED_BYTES`; a few rows are not kept."""
         store = self.store
         probs = store.get(step, layer)
-        if probs is None:
-            probs = self._recompute(step, layer)
+        if probs is not None:
+            return matrix_part(probs, rows, key_factor)
+        if rows is None and key_factor == 1:
+            probs = self._recompute(step, layer, None, 1)
             store.keep(step, layer, probs)
-        return probs
+            return probs
+        if rows is not None:
+            return self._recompute(step, layer, rows, key_factor)
+        mass = store.pooled(step, layer, key_factor)
+        if mass is None:
+            mass = self._recompute(step, layer, None, key_factor)
+            store.keep_pooled(step, layer, key_factor, mass)
+        return mass

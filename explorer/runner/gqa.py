@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from explorer.analysis.memory import block_rows
+from explorer.analysis.pooling import key_block_mass, key_blocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,35 +118,51 @@ def in_head_order(probs: torch.Tensor) -> torch.Tensor:
     return probs[0].view(h_kv * group, q_len, n)
 
 
-def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.Tensor | None = None) -> np.ndarray:
+def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.Tensor | None = None,
+                    rows: tuple[int, int] | None = None, key_factor: int = 1) -> np.ndarray:
     """A step's attention probabilities from its queries and the cached keys, under a causal mask.
 
     The mask is eager's (0, or the dtype's minimum above the diagonal: `transformers.masking_utils`),
-    and the blocks are the step's (`block_rows` of the same shape), so the values are the ones the step
-    computed, bit for bit. Only for keys every query could see
-    when it ran (no sliding window cut them). Computed a block of query rows at a time (`block_rows`):
-    the transient memory is a block's, beside the [h_q, T, n] result.
+    and the blocks are the step's (`block_rows` of the same shape, the same blocks even for a few
+    rows), so the probabilities are the ones the step computed, bit for bit. Only for keys every query
+    could see when it ran (no sliding window cut them). Computed a block of query rows at a time
+    (`block_rows`): the transient memory is a block's, beside the result. Key-block masses (a pooled
+    view) skip the keys after a block's last row, whose probability is exactly 0 under the causal mask
+    (half the work of a long prefill's matrix): their softmax sums fewer zeros, so they equal the
+    step's sums within float32 rounding, not bit for bit.
 
     Args:
         inputs: the step's queries [h_q, T, d_h] (the last T of the n positions) and scaling.
         keys: [1, h_kv, n, d_h], the cache's keys of positions 0..n-1.
         padding: [n] attention mask of a left-padded sequence (0 at padding, masked as eager masks it), or None.
+        rows: the query rows (first, last + 1) to compute; None: all T.
+        key_factor: > 1: each row's mass on blocks of that many keys (`explorer.analysis.pooling.key_block_mass`),
+            reduced block by block, so that a long prefill's [h_q, T, n] matrix is never held whole.
 
     Returns:
-        [h_q, T, n] float32 numpy, rows sum to 1.
+        [h_q, rows, n] float32, rows sum to 1; with `key_factor` > 1, [h_q, rows, ceil(n / key_factor)].
     """
     query = inputs.query[None]
     h_q, q_len, n = query.shape[1], query.shape[2], keys.shape[2]
-    result = np.empty((h_q, q_len, n), np.float32)
-    rows = block_rows(h_q, q_len, n, query.element_size())
+    first_row, last_row = rows if rows is not None else (0, q_len)
+    result = np.zeros((h_q, last_row - first_row, key_blocks(n, key_factor)), np.float32)
+    block = block_rows(h_q, q_len, n, query.element_size())
+    causal_only = key_factor > 1 and padding is None  # pooled: a block's keys after its last row weigh exactly 0
     with torch.inference_mode():
-        for first in range(0, q_len, rows):
-            last = min(first + rows, q_len)
+        for first in range(first_row - first_row % block, last_row, block):
+            last = min(first + block, q_len)
             mask = block_mask(None, first, last, q_len, n, query.dtype, query.device)
             if padding is not None:  # a left-padded sequence's padded keys
                 padded = (padding.to(query.device) == 0)[None, None, None, :n]
                 mask = torch.zeros_like(padded, dtype=query.dtype) if mask is None else mask
                 mask = mask.masked_fill(padded, torch.finfo(query.dtype).min)
-            scores = grouped_scores(query[:, :, first:last], keys, inputs.scaling, inputs.softcap, mask)
-            result[:, first:last] = in_head_order(softmax(scores)).to(torch.float32).cpu().numpy()
+            seen = n - q_len + last if causal_only else n
+            scores = grouped_scores(query[:, :, first:last], keys[:, :, :seen], inputs.scaling, inputs.softcap,
+                                    None if mask is None else mask[..., :seen])
+            probs = in_head_order(softmax(scores)).to(torch.float32).cpu().numpy()
+            wanted_first, wanted_last = max(first, first_row), min(last, last_row)
+            part = probs[:, wanted_first - first:wanted_last - first]
+            if key_factor > 1:
+                part = key_block_mass(part, key_factor)
+            result[:, wanted_first - first_row:wanted_last - first_row, :part.shape[2]] = part
     return result

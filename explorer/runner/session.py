@@ -17,6 +17,7 @@ import torch
 from transformers import DynamicCache
 
 from explorer.analysis.memory import DEFAULT_ATTENTION_BUDGET_BYTES, PromptMemory, longest_prompt, prompt_memory
+from explorer.analysis.pooling import matrix_part
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.run import PromptInputs, Run
@@ -309,8 +310,10 @@ class InferenceSession:
                 f"Generation has ended ({reason.replace('_', ' ')}). Run a new prefill to start again."
             )
 
-    def _recompute_attention(self, step_index: int, layer: int) -> np.ndarray:
-        """A layer's attention probabilities for a step the session did not keep (`LiveAttention`).
+    def _recompute_attention(self, step_index: int, layer: int, rows: tuple[int, int] | None = None,
+                             key_factor: int = 1) -> np.ndarray:
+        """A layer's attention probabilities for a step the session did not keep, or their part
+        (`LiveAttention`; `rows` and `key_factor` as `explorer.run.AttentionSource.probs` takes them).
 
         Recomputing takes the step's queries, which the session keeps, and the keys in its cache
         (`explorer.runner.gqa.recompute_probs`: the same values, bit for bit). Where the cache no longer
@@ -319,7 +322,8 @@ class InferenceSession:
         the step's query rows the same as in the cached pass.
 
         Returns:
-            [h_q, q_len, kv_len] float32, rows sum to 1 (prefill [h_q, T, T], decode [h_q, 1, n]).
+            [h_q, q_len, kv_len] float32, rows sum to 1 (prefill [h_q, T, T], decode [h_q, 1, n]), or
+            its part.
 
         Raises:
             IndexError: no such step or layer.
@@ -334,8 +338,8 @@ class InferenceSession:
         if held is not None and held.keys.shape[-2] == self.run.latest.context_length:
             inputs = self.attention.store.inputs[step_index][layer]
             padding = self._batch.mask[0, :trace.context_length] if self._batch is not None else None
-            return recompute_probs(inputs, held.keys[:1, :, :trace.context_length], padding)
-        return self._rerun_attention(trace, layer)
+            return recompute_probs(inputs, held.keys[:1, :, :trace.context_length], padding, rows, key_factor)
+        return matrix_part(self._rerun_attention(trace, layer), rows, key_factor)
 
     def _rerun_attention(self, trace: StepTrace, layer: int) -> np.ndarray:
         recorder = StepRecorder(stop_after_layer=layer)  # the times are not kept: no device clock

@@ -56,7 +56,9 @@ def lesson_outputs(visit: Visit, index: int, average: bool, hardware: str, prese
     layer, step = page_layer(page, n_layers), len(run.steps) - 1
     scenario = Scenario(batch=page.batch)
     machine = roofline_machine(visit, hardware)
-    attention = visit.attention.probs(step, layer) if visit.attention.has(step, layer) else None
+    q_len = run.steps[step].attention[layer].shape[1] if run.steps[step].attention else 0
+    # the step's last query row only: a long prefill's whole matrix is not needed
+    attention = visit.attention.probs(step, layer, rows=(q_len - 1, q_len)) if visit.attention.has(step, layer) else None
     sinks = every_layer_sinks(visit, step) if page.key == "sinks" and not run.steps[step].shape_only else None
     text = page_text(page, LessonInputs(run, step, layer, machine, attention, sinks, visit.sink_threshold,
                                         run.equivalence))

@@ -177,3 +177,31 @@ def test_a_closed_session_recomputes_by_running_the_context_again(loaded):
         handle.remove()
     assert fed == [[1, len(kept_ids) - 1]]  # the step's whole context, once
     np.testing.assert_allclose(rerun, recomputed, atol=1e-6)
+
+
+def naive_key_mass(probs: np.ndarray, factor: int) -> np.ndarray:
+    """[h, rows, n] -> [h, rows, ceil(n / factor)]: the sums over each block of keys, one block at a time."""
+    n = probs.shape[-1]
+    return np.stack([probs[..., start:start + factor].sum(axis=-1) for start in range(0, n, factor)], axis=-1)
+
+
+@pytest.mark.parametrize("layer, factor", [(0, 41), (2, 7)])
+def test_a_prefills_key_masses_computed_block_by_block_equal_eager_attentions(run, eager_attentions, layer, factor):
+    """The pooled view's first stage is taken from each block of recomputed rows (no [h, T, T] held):
+    it equals the sums of eager attention's probabilities; then it is kept for the next redraw."""
+    session, _ = run
+    mass = session.attention.probs(0, layer, key_factor=factor)
+    assert mass.shape == (HQ, PROMPT_TOKENS, math.ceil(PROMPT_TOKENS / factor)) and mass.dtype == np.float32
+    eager = eager_attentions[layer][:, :PROMPT_TOKENS, :PROMPT_TOKENS]
+    np.testing.assert_allclose(mass, naive_key_mass(eager, factor), atol=1e-5)
+    np.testing.assert_allclose(mass.sum(axis=-1), 1.0, atol=1e-5)
+    assert not session.attention.kept(0, layer)  # the whole matrix is still not kept
+    assert session.attention.store.pooled(0, layer, factor) is mass  # the masses are, for the next redraw
+
+
+def test_a_few_prefill_rows_are_recomputed_alone_and_equal_eager_attentions(run, eager_attentions):
+    """A zoom window's rows, across a boundary of the recompute's query blocks (170 rows here)."""
+    session, _ = run
+    part = session.attention.probs(0, 1, rows=(1000, 1048))
+    assert part.shape == (HQ, 48, PROMPT_TOKENS)
+    np.testing.assert_allclose(part, eager_attentions[1][:, 1000:1048, :PROMPT_TOKENS], atol=1e-5)

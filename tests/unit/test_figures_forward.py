@@ -11,10 +11,11 @@ import pytest
 from figure_traces import SMOLLM2, TINY, hand_run
 
 from explorer.analysis.measured import stop_costs
+from explorer.figures.attention import stack_attention
 from explorer.figures.dims import DIM_COLOURS, coloured
 from explorer.figures.forward import ROW_CHARS, forward_figure
 from explorer.figures.journey import journey_figure
-from explorer.figures.views import ViewData, ViewOptions, draw
+from explorer.figures.views import AttentionRows, ViewData, ViewOptions, draw
 
 SPAN = re.compile(r'<span style="color:(#[0-9a-f]{6})">([\w]+)</span>')
 
@@ -87,7 +88,7 @@ def test_each_dimension_symbol_has_one_colour_in_every_view():
                       for trace in journey_figure(run.step(0), run.step(2), 1).data)]
     options = ViewOptions(step=2, layer=1, average_heads=False, hardware="h100-sxm")
     for view, data in (("kv_cache", ViewData(run)),
-                       ("attention", ViewData(run, attention=tuple(attention.probs(s, 1) for s in range(3))))):
+                       ("attention", ViewData(run, attention=AttentionRows(stack_attention([attention.probs(s, 1) for s in range(3)]))))):
         layout = draw(view, data, options).layout
         texts.append(" ".join([layout.title.text, *(note.text for note in layout.annotations)]))
     seen: dict[str, set[str]] = {}

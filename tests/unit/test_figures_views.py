@@ -7,7 +7,8 @@ import pytest
 from figure_traces import TINY, hand_run
 
 from explorer.analysis.hardware import get_hardware
-from explorer.figures.views import FIGURES, VIEWS, ViewData, ViewOptions, draw
+from explorer.figures.attention import stack_attention
+from explorer.figures.views import FIGURES, VIEWS, AttentionRows, ViewData, ViewOptions, draw
 from explorer.run import Run
 
 H100 = get_hardware("h100-sxm")
@@ -22,7 +23,8 @@ def data_for(run: Run, attention, view: str, options: ViewOptions) -> ViewData:
     """What the handler fetches for `view` (`explorer.ui.views.view_data`), here by hand."""
     shown = run.step(options.step).step_index
     if view == "attention":
-        return ViewData(run, attention=tuple(attention.probs(step, options.layer) for step in range(shown + 1)))
+        blocks = [attention.probs(step, options.layer) for step in range(shown + 1)]
+        return ViewData(run, attention=AttentionRows(stack_attention(blocks)))
     if view == "roofline":
         return ViewData(run, costs=tuple(run.costs(step) for step in sorted({0, shown})), hardware=H100)
     if view == "lens":

@@ -1,0 +1,31 @@
+"""The process's heap policy for large tensors: each gets pages of its own, handed back when freed.
+
+glibc's malloc serves a block of at least its mmap threshold from pages of its own (`mmap`) and
+returns them when the block is freed; smaller blocks come from the heap, whose freed space is kept
+for reuse. The threshold starts at 128 KB and rises to the size of each large block freed (up to
+32 MB), so after a prefill's first layers its tensors of a few MB come from the heap, where the
+holes they leave (between tensors still alive) are not returned. Fixing the threshold stops that:
+a 2,048-token prompt on the embedded model then peaked 100-230 MB lower (1,219-1,223 MB against
+1,324-1,452 MB of peak RSS in five `python -m explorer trace ... --steps 8 --no-chat-template` runs;
+a 20-token prompt's peak did not move: 935-951 MB against 950 MB).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+M_MMAP_THRESHOLD = -3  # mallopt's parameter number (glibc's malloc.h)
+LARGE_BLOCK_BYTES = 4 * 2**20  # a block this size or larger gets pages of its own (a decode step's are smaller)
+
+
+def map_large_blocks(threshold_bytes: int = LARGE_BLOCK_BYTES) -> bool:
+    """Give every later allocation of `threshold_bytes` or more pages of its own (see the module).
+
+    Returns:
+        True where glibc took the setting; False elsewhere (macOS, musl: their malloc is left as it is).
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(M_MMAP_THRESHOLD, threshold_bytes))
+    except (OSError, AttributeError):
+        return False
