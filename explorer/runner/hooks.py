@@ -323,13 +323,12 @@ def _timed_forward(forward: Callable, module: nn.Module, key: str) -> Callable:
 
     def timed_forward(*args, **kwargs):
         recorder = _ACTIVE.get()
-        clock = recorder.clock
-        event = recorder.events[key] = Event(clock(), inputs=[a.shape for a in args if isinstance(a, torch.Tensor)])
+        inputs = [arg.shape for arg in args if isinstance(arg, torch.Tensor)]
+        start = recorder.clock()
         output = forward(*args, **kwargs)
-        event.end = clock()
+        end = recorder.clock()
         tensors = [t for t in (output if isinstance(output, tuple) else (output,)) if isinstance(t, torch.Tensor)]
-        if tensors:
-            event.outputs, event.dtype = [t.shape for t in tensors], tensors[0].dtype
+        recorder.events[key] = Event(start, end, inputs, [t.shape for t in tensors], tensors[0].dtype if tensors else None)
         if router_layer is not None and not tensors[0].is_meta:
             recorder.routing[router_layer] = (tensors[2].detach(), tensors[1].detach(), module.num_experts)
         return output
