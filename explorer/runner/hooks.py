@@ -122,7 +122,8 @@ class StepRecorder:
         for layer, probs in self._pending_attention.items():
             self.attention[layer] = probs.cpu().numpy()
         self._pending_attention.clear()
-        self.first_key_sums |= {layer: sum(blocks[1:], blocks[0]).tolist() for layer, blocks in self._pending_sums.items()}
+        self.first_key_sums |= {layer: sum(blocks[1:], blocks[0]).tolist()  # block after block
+                                for layer, blocks in self._pending_sums.items()}
         self._pending_sums.clear()
 
     def record(self, key: str, start: float, inputs: list[torch.Size], outputs: list[torch.Tensor]) -> float:
@@ -328,7 +329,8 @@ def _timed_forward(forward: Callable, module: nn.Module, key: str) -> Callable:
         output = forward(*args, **kwargs)
         end = recorder.clock()
         tensors = [t for t in (output if isinstance(output, tuple) else (output,)) if isinstance(t, torch.Tensor)]
-        recorder.events[key] = Event(start, end, inputs, [t.shape for t in tensors], tensors[0].dtype if tensors else None)
+        dtype = tensors[0].dtype if tensors else None
+        recorder.events[key] = Event(start, end, inputs, [t.shape for t in tensors], dtype)
         if router_layer is not None and not tensors[0].is_meta:
             recorder.routing[router_layer] = (tensors[2].detach(), tensors[1].detach(), module.num_experts)
         return output
