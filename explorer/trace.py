@@ -29,7 +29,8 @@ class OpRecord:
             softmax, elementwise, sample, tokenize, detokenize.
         layer: decoder layer index, None outside the layers.
         input_shapes: shapes of the inputs, e.g. [[1, 17, 576]].
-        output_shapes: shapes of the outputs (two for K and V where a stop produces both).
+        output_shapes: shapes of the outputs (two for K and V where a stop produces both). A step's
+            records share equal shape lists (`explorer.runner.assemble`): read them, never change them.
         dtype: dtype of the output, e.g. "float32", "int64".
         wall_ms: measured wall time in milliseconds; None for a stop that launches no kernel (a view).
     """

@@ -39,6 +39,7 @@ def assemble_ops(
         RuntimeError: a stop of the table was not seen in the pass (a family the table misdescribes).
     """
     ops = []
+    record = _Records()
     layer_events: _LayerEvents | None = None
     for name, kind, layer in table:
         if name in extra:
@@ -48,30 +49,51 @@ def assemble_ops(
             layer_events = _LayerEvents(events, layer)
         builder = _DERIVED.get(parse_stop_name(name)[1]) if layer is not None else None
         if builder is not None:
-            ops.append(builder(name, kind, layer, layer_events, family))
+            ops.append(builder(record, name, kind, layer, layer_events, family))
         elif name == "embed_add":
-            ops.append(_embed_add(name, kind, events))
+            ops.append(_embed_add(record, name, kind, events))
         elif name in events:
-            ops.append(_from_event(name, kind, layer, events[name]))
+            ops.append(record.event(name, kind, layer, events[name]))
         else:
             raise RuntimeError(f"stop {name} was not observed in the forward pass")
     return ops
 
 
-def _record(name: str, kind: str, layer: int | None, inputs: list, outputs: list, dtype: torch.dtype,
-            wall_ms: float | None) -> OpRecord:
-    """A stop as the trace holds it: shapes as lists of ints, the dtype as a name ("float32"); built
-    once, directly (a step makes ~600 of these)."""
-    return OpRecord(name, kind, layer, [list(shape) for shape in inputs], [list(shape) for shape in outputs],
-                    _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."), wall_ms)
+class _Records:
+    """Builds one step's records: shapes as lists of ints, the dtype as a name ("float32").
+
+    Each distinct list of shapes is built once a step and shared by the records that have it (records
+    are frozen, their shapes read, never changed): a decode step's ~600 records then hold a few dozen
+    lists instead of ~2,900, which the garbage collector would otherwise scan again and again."""
+
+    def __init__(self) -> None:
+        self._lists: dict[tuple[torch.Size, ...], list[list[int]]] = {}
+
+    def __call__(self, name: str, kind: str, layer: int | None, inputs: list, outputs: list, dtype: torch.dtype,
+                 wall_ms: float | None) -> OpRecord:
+        return OpRecord(name, kind, layer, self._shapes(inputs), self._shapes(outputs),
+                        _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."), wall_ms)
+
+    def event(self, name: str, kind: str, layer: int | None, event: Event, outputs: list | None = None) -> OpRecord:
+        """The record of a stop timed directly (its event's shapes, dtype and time)."""
+        return self(name, kind, layer, event.inputs, event.outputs if outputs is None else outputs, event.dtype,
+                    event.seconds * 1e3)
+
+    def _shapes(self, shapes: list) -> list[list[int]]:
+        key = tuple(shapes)
+        lists = self._lists.get(key)
+        if lists is None:
+            lists = self._lists[key] = [list(shape) for shape in shapes]
+        return lists
 
 
 class _LayerEvents:
-    """Events of one layer by relative name."""
+    """Events of one layer by relative name, and its projections' (and QK-norms') events in order."""
 
     def __init__(self, events: dict[str, Event], layer: int) -> None:
         self.events, self.layer = events, layer
         self.next_layer_start = events.get(stop_name(layer + 1, "input_norm")) or events["final_norm"]
+        self.projections = {p: event for p in _PROJECTIONS if (event := self.get(f"attn.{p}")) is not None}
 
     def __getitem__(self, rel: str) -> Event:
         return self.events[stop_name(self.layer, rel)]
@@ -80,74 +102,61 @@ class _LayerEvents:
         return self.events.get(stop_name(self.layer, rel))
 
 
-def _from_event(name: str, kind: str, layer: int | None, event: Event, outputs: list | None = None) -> OpRecord:
-    return _record(name, kind, layer, event.inputs, event.outputs if outputs is None else outputs, event.dtype,
-                   event.seconds * 1e3)
-
-
 def _ms(start: float, end: float) -> float:
     return max(end - start, 0.0) * 1e3
 
 
-def _projections(ev: _LayerEvents) -> list[Event]:
-    return [e for e in (ev.get(f"attn.{p}") for p in _PROJECTIONS) if e is not None]
-
-
-def _split_heads(name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
-    inputs = [e.outputs[0] for e in _projections(ev) if not _is_norm(e, ev)]
+def _split_heads(record, name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
+    inputs = [e.outputs[0] for rel, e in ev.projections.items() if not rel.endswith("_norm")]
     write, scores = ev["attn.kv_cache_write"], ev["attn.scores"]
     outputs = [scores.inputs[0], *write.inputs]
-    return _record(name, kind, layer, inputs, outputs, scores.dtype, None)
+    return record(name, kind, layer, inputs, outputs, scores.dtype, None)
 
 
-def _is_norm(event: Event, ev: _LayerEvents) -> bool:
-    return event is ev.get("attn.q_norm") or event is ev.get("attn.k_norm")
-
-
-def _rope(name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
+def _rope(record, name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
     write, scores = ev["attn.kv_cache_write"], ev["attn.scores"]
-    last_end = max(e.end for e in _projections(ev))
+    last_end = max(e.end for e in ev.projections.values())
     shapes = [scores.inputs[0], write.inputs[0]]
-    return _record(name, kind, layer, shapes, shapes, scores.dtype, _ms(last_end, write.start))
+    return record(name, kind, layer, shapes, shapes, scores.dtype, _ms(last_end, write.start))
 
 
-def _merge_heads(name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
-    return _from_event(name, kind, layer, ev["attn.merge_heads"], outputs=ev["attn.o_proj"].inputs)
+def _merge_heads(record, name, kind, layer, ev: _LayerEvents, family) -> OpRecord:
+    return record.event(name, kind, layer, ev["attn.merge_heads"], outputs=ev["attn.o_proj"].inputs)
 
 
-def _attn_residual(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
+def _attn_residual(record, name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
     if family.sandwich_norms:
         branch_end, next_start = ev["post_attn_norm"].end, ev["pre_mlp_norm"].start
     else:
         branch_end, next_start = ev["attn.o_proj"].end, ev["post_attn_norm"].start
-    return _residual(name, kind, layer, ev["attn.o_proj"], _ms(branch_end, next_start))
+    return _residual(record, name, kind, layer, ev["attn.o_proj"], _ms(branch_end, next_start))
 
 
-def _mlp_residual(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
+def _mlp_residual(record, name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
     experts = ev.get("mlp.experts")
     if experts is not None:  # a MoE layer: the experts' [B*T, d] sum is viewed back as [B, T, d], then added
-        return _residual(name, kind, layer, ev["post_attn_norm"], _ms(experts.end, ev.next_layer_start.start))
+        return _residual(record, name, kind, layer, ev["post_attn_norm"], _ms(experts.end, ev.next_layer_start.start))
     branch = ev["post_mlp_norm"] if family.sandwich_norms else ev["mlp.down_proj"]
-    return _residual(name, kind, layer, ev["mlp.down_proj"], _ms(branch.end, ev.next_layer_start.start))
+    return _residual(record, name, kind, layer, ev["mlp.down_proj"], _ms(branch.end, ev.next_layer_start.start))
 
 
-def _residual(name, kind, layer, branch_out: Event, wall_ms: float) -> OpRecord:
+def _residual(record, name, kind, layer, branch_out: Event, wall_ms: float) -> OpRecord:
     shape = branch_out.outputs[0]
-    return _record(name, kind, layer, [shape, shape], [shape], branch_out.dtype, wall_ms)
+    return record(name, kind, layer, [shape, shape], [shape], branch_out.dtype, wall_ms)
 
 
-def _embed_add(name: str, kind: str, events: dict[str, Event]) -> OpRecord:
+def _embed_add(record: _Records, name: str, kind: str, events: dict[str, Event]) -> OpRecord:
     """GPT-2's token embeddings [B, T, d] plus the position table's rows [1, T, d] (broadcast over B),
     timed from the end of the position lookup to the first layer's norm (the add and the dropout)."""
     tokens, positions = events["embed"], events["pos_embed"]
     after = events.get(stop_name(0, "input_norm")) or events["final_norm"]
-    return _record(name, kind, None, [tokens.outputs[0], positions.outputs[0]], [tokens.outputs[0]],
-                    tokens.dtype, _ms(positions.end, after.start))
+    return record(name, kind, None, [tokens.outputs[0], positions.outputs[0]], [tokens.outputs[0]],
+                  tokens.dtype, _ms(positions.end, after.start))
 
 
-def _mlp_act(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
+def _mlp_act(record, name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
     if not family.gated_mlp:  # GPT-2's GELU is a module of its own, hooked
-        return _from_event(name, kind, layer, ev["mlp.act"])
+        return record.event(name, kind, layer, ev["mlp.act"])
     down = ev["mlp.down_proj"]
     if family.fused_gate_up:
         wall_ms = _ms(ev["mlp.gate_up_proj"].end, down.start)
@@ -155,7 +164,7 @@ def _mlp_act(name, kind, layer, ev: _LayerEvents, family: Family) -> OpRecord:
         gate, up = ev["mlp.gate_proj"], ev["mlp.up_proj"]
         wall_ms = _ms(gate.end, up.start) + _ms(up.end, down.start)
     shape = down.inputs[0]
-    return _record(name, kind, layer, [shape, shape], [shape], down.dtype, wall_ms)
+    return record(name, kind, layer, [shape, shape], [shape], down.dtype, wall_ms)
 
 
 _DERIVED = {

@@ -1,4 +1,4 @@
-"""Capturing one forward pass: module hooks, a cache-write probe and an instrumented eager attention.
+"""Capturing one forward pass: timed stop modules, a cache-write probe and an instrumented eager attention.
 
 Everything is attached inside `tracing(...)` and removed in its `finally`, so a step never leaves
 the model changed, whatever it raises. The attention function is transformers' eager attention
@@ -9,15 +9,16 @@ is registered under its own name and switched on only for the duration of a trac
 from __future__ import annotations
 
 import time
+import types
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
-from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -33,7 +34,7 @@ from explorer.runner.gqa import (
     softmax,
 )
 from explorer.runner.timing import Clock, CudaEventClock
-from explorer.stops import stop_name
+from explorer.stops import parse_stop_name, stop_name
 
 ATTN_IMPLEMENTATION = "explorer_eager"
 # transformers' experts implementations (integrations/moe.py): "eager" is the modeling file's own loop over
@@ -41,6 +42,7 @@ ATTN_IMPLEMENTATION = "explorer_eager"
 # runs "batched_mm" (every token through its k experts at once: the same [B*T, d] in and out).
 EXPERTS_IMPLEMENTATION, META_EXPERTS_IMPLEMENTATION = "eager", "batched_mm"
 _ACTIVE: ContextVar[StepRecorder | None] = ContextVar("explorer_step_recorder", default=None)
+_TIMED_FORWARDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> `_timed_forwards`
 
 Shape = list[int]
 
@@ -61,10 +63,10 @@ class Event:
 
     start: float
     end: float = 0.0
-    inputs: list = field(default_factory=list)
-    outputs: list = field(default_factory=list)
+    inputs: list | tuple = ()
+    outputs: list | tuple = ()
     dtype: torch.dtype | None = None
-    spans: list = field(default_factory=list)
+    spans: list | tuple = ()
 
     @property
     def seconds(self) -> float:
@@ -110,7 +112,7 @@ class StepRecorder:
         self.attention_inputs: dict[int, AttentionInputs] = {}
         self.first_key_sums: dict[int, list[float]] = {}
         self._pending_attention: dict[int, torch.Tensor] = {}
-        self._pending_sums: dict[int, torch.Tensor] = {}
+        self._pending_sums: dict[int, list[torch.Tensor]] = {}
 
     def finish(self) -> None:
         """After the pass: event bounds to seconds (CUDA: one synchronise) and the kept attention
@@ -120,7 +122,8 @@ class StepRecorder:
         for layer, probs in self._pending_attention.items():
             self.attention[layer] = probs.cpu().numpy()
         self._pending_attention.clear()
-        self.first_key_sums |= {layer: sums.tolist() for layer, sums in self._pending_sums.items()}
+        self.first_key_sums |= {layer: sum(blocks[1:], blocks[0]).tolist()  # block after block
+                                for layer, blocks in self._pending_sums.items()}
         self._pending_sums.clear()
 
     def record(self, key: str, start: float, inputs: list[torch.Size], outputs: list[torch.Tensor]) -> float:
@@ -139,7 +142,7 @@ class StepRecorder:
     def record_blocks(self, key: str, spans: list[tuple[float, float]], inputs: list[torch.Size],
                       outputs: list[torch.Size], dtype: torch.dtype) -> None:
         """Store a stop run in query blocks, `spans` its blocks' (start, end) readings."""
-        self.events[key] = Event(spans[0][0], spans[-1][1], inputs, outputs, dtype, spans if len(spans) > 1 else [])
+        self.events[key] = Event(spans[0][0], spans[-1][1], inputs, outputs, dtype, spans if len(spans) > 1 else ())
 
     def attention_target(self, layer: int, shape: Shape, inputs: AttentionInputs,
                          device: torch.device) -> torch.Tensor | None:
@@ -156,12 +159,13 @@ class StepRecorder:
         self._pending_attention[layer] = torch.empty(shape, dtype=torch.float32, device=device)
         return self._pending_attention[layer]
 
-    def first_key_target(self, layer: int, h_q: int, device: torch.device) -> torch.Tensor | None:
-        """Before a layer's attention: the float64 [h_q] tensor its blocks add their sums over the
-        queries of the probability on the first key to (`first_key_sums` after `finish`); None on `meta`."""
+    def first_key_target(self, layer: int, device: torch.device) -> list[torch.Tensor] | None:
+        """Before a layer's attention: the list its blocks append their float64 [h_q] sums over the
+        queries of the probability on the first key to; `finish` adds them up, block after block, into
+        `first_key_sums`. None on `meta`."""
         if device.type == "meta":
             return None
-        self._pending_sums[layer] = torch.zeros(h_q, dtype=torch.float64, device=device)
+        self._pending_sums[layer] = []
         return self._pending_sums[layer]
 
     def attention_done(self, layer: int) -> None:
@@ -213,7 +217,7 @@ def explorer_attention(
     kept = rec.attention_target(layer, [h_q, q_len, n], AttentionInputs(query[0].detach(), scaling, softcap),
                                 query.device)
     merged = query.new_empty(batch, q_len, h_q, head_dim)
-    first_key_sums = rec.first_key_target(layer, h_q, query.device)
+    first_key_sums = rec.first_key_target(layer, query.device)
     rows = rec.block_rows or block_rows(h_q, q_len, n, query.element_size())
     spans: list[list[tuple[float, float]]] = [[], [], [], []]
     for first in range(0, q_len, rows):
@@ -231,10 +235,11 @@ def explorer_attention(
         marks = (start, after_scores, after_softmax, after_sum, after_merge)
         for stop, times in enumerate(spans):
             times.append((marks[stop], marks[stop + 1]))
+        in_order = in_head_order(probs)
         if kept is not None:
-            kept[:, block].copy_(in_head_order(probs))  # outside the timed stops, as eager has no such copy
+            kept[:, block].copy_(in_order)  # outside the timed stops, as eager has no such copy
         if first_key_sums is not None:  # the sinks' sums, outside the timed stops too
-            first_key_sums += in_head_order(probs)[..., 0].sum(dim=-1, dtype=torch.float64)
+            first_key_sums.append(in_order[..., 0].sum(dim=-1, dtype=torch.float64))
     heads, per_head = torch.Size([batch, h_q, q_len, n]), torch.Size([batch, h_q, q_len, head_dim])
     rec.record_blocks(stop_name(layer, "attn.scores"), spans[0], [query.shape, expanded], [heads], query.dtype)
     rec.record_blocks(stop_name(layer, "attn.softmax"), spans[1], [heads], [heads], query.dtype)
@@ -258,13 +263,13 @@ def tracing(model: nn.Module, cache, recorder: StepRecorder, hook_modules: bool 
         recorder: where events go.
         hook_modules: False to capture attention only (recomputing one layer's probabilities).
     """
-    handles: list = []
+    wrapped: dict[nn.Module, Callable | None] = {}
     token = _ACTIVE.set(recorder)
     previous = model.config._attn_implementation
     previous_experts = model.config._experts_implementation
     try:
         if hook_modules:
-            _hook_all(model, recorder, handles)
+            _time_stop_modules(model, wrapped)
             _probe_cache_writes(cache, recorder)
         model.config._attn_implementation = ATTN_IMPLEMENTATION
         if moe_layers(model):
@@ -275,40 +280,62 @@ def tracing(model: nn.Module, cache, recorder: StepRecorder, hook_modules: bool 
         model.config._attn_implementation = previous
         model.config._experts_implementation = previous_experts
         cache.__dict__.pop("update", None)
-        for handle in handles:
-            handle.remove()
+        for module, forward in wrapped.items():
+            if forward is None:
+                del vars(module)["forward"]
+            else:
+                vars(module)["forward"] = forward
         _ACTIVE.reset(token)
 
 
-def _hook_all(model: nn.Module, recorder: StepRecorder, handles: list) -> None:
-    """Two process-wide module hooks (cheaper than ~800 per-module handles a step) that record only
-    this model's stop modules, and only in the thread and context running this recorder's step.
+def _time_stop_modules(model: nn.Module, restore: dict[nn.Module, Callable | None]) -> None:
+    """Time each of this model's stop modules for the step, into the active recorder, by setting its
+    `forward` (an instance attribute, as accelerate's hooks set one) to its timed forward
+    (`_timed_forwards`). A forward the module already had as an instance attribute is timed in its
+    turn; `restore` gets each module's previous one (or None), to be put back. Module hooks would instead
+    send each of a step's ~400 module calls, stops or not, through torch's slower hook path. Every pass
+    of a model runs under its lock (`explorer.runner.session.model_lock`), so the wrappers see this
+    step's pass alone."""
+    for module, key, timed in _timed_forwards(model):
+        attributes = vars(module)  # set directly: nn.Module.__setattr__'s checks cost ~1 ms a step here
+        previous = restore[module] = attributes.get("forward")
+        attributes["forward"] = timed if previous is None else _timed_forward(previous, module, key)
+
+
+def _timed_forwards(model: nn.Module) -> list[tuple[nn.Module, str, Callable]]:
+    """(stop module, canonical name, its class's forward timed) for each stop module of `model`; built
+    once per model, so a step allocates no wrapper."""
+    timed = _TIMED_FORWARDS.get(model)
+    if timed is None:
+        timed = _TIMED_FORWARDS[model] = [
+            (module, key, _timed_forward(types.MethodType(type(module).forward, module), module, key))
+            for module, key in stop_module_names(model).items()
+        ]
+    return timed
+
+
+def _timed_forward(forward: Callable, module: nn.Module, key: str) -> Callable:
+    """`forward` of `module`, recording the stop `key` in the active recorder's events.
 
     A stop's inputs are its module's positional tensor arguments (a MoE layer's experts also take the
     expert ids and weights), its outputs the tensors it returns (a MoE router returns its logits, the
-    top-k weights and the expert ids: those two are kept, off `meta`, in `recorder.routing`)."""
-    names = stop_module_names(model)
-    routers = {module: int(key.split(".")[1]) for module, key in names.items() if key.endswith(".mlp.router")}
-    events, clock = recorder.events, recorder.clock
+    top-k weights and the expert ids: those two are kept, off `meta`, in the recorder's `routing`)."""
+    router_layer = parse_stop_name(key)[0] if key.endswith(".mlp.router") else None
 
-    def before(module, args):
-        key = names.get(module)
-        if key is not None and _ACTIVE.get() is recorder:
-            events[key] = Event(clock(), inputs=[arg.shape for arg in args if isinstance(arg, torch.Tensor)])
+    def timed_forward(*args, **kwargs):
+        recorder = _ACTIVE.get()
+        inputs = [arg.shape for arg in args if isinstance(arg, torch.Tensor)]
+        start = recorder.clock()
+        output = forward(*args, **kwargs)
+        end = recorder.clock()
+        tensors = [t for t in (output if isinstance(output, tuple) else (output,)) if isinstance(t, torch.Tensor)]
+        dtype = tensors[0].dtype if tensors else None
+        recorder.events[key] = Event(start, end, inputs, [t.shape for t in tensors], dtype)
+        if router_layer is not None and not tensors[0].is_meta:
+            recorder.routing[router_layer] = (tensors[2].detach(), tensors[1].detach(), module.num_experts)
+        return output
 
-    def after(module, args, output):
-        key = names.get(module)
-        if key is not None and _ACTIVE.get() is recorder:
-            event = events[key]
-            event.end = clock()
-            tensors = [t for t in (output if isinstance(output, tuple) else (output,)) if isinstance(t, torch.Tensor)]
-            if tensors:
-                event.outputs, event.dtype = [t.shape for t in tensors], tensors[0].dtype
-            if module in routers and not tensors[0].is_meta:
-                recorder.routing[routers[module]] = (tensors[2].detach(), tensors[1].detach(), module.num_experts)
-
-    handles.append(register_module_forward_pre_hook(before))
-    handles.append(register_module_forward_hook(after))
+    return timed_forward
 
 
 def _probe_cache_writes(cache, recorder: StepRecorder) -> None:

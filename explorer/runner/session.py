@@ -30,7 +30,7 @@ from explorer.runner.devices import free_memory_bytes
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.lens import DEFAULT_LENS_BUDGET_BYTES, LiveLens, capture_residuals, lens_positions
-from explorer.runner.loading import LoadedModel
+from explorer.runner.loading import LoadedModel, collector_paused
 from explorer.runner.prompts import check_prompt_chars, check_unicode
 from explorer.runner.sampling import sample_next_token
 from explorer.runner.timing import step_clock
@@ -88,6 +88,7 @@ class InferenceSession:
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
         self.moe_layers = moe_layers(loaded.model)
+        self._stop_tables: dict[tuple[str, int], list[tuple[str, str, int | None]]] = {}  # `_stop_table`
         self.lens_budget_bytes = lens_budget_bytes
         self.lens: LiveLens | None = None  # the run's lens source, one per run (`_new_run`)
         self.run = self._new_run()
@@ -244,7 +245,8 @@ class InferenceSession:
                 self.settings = settings
             if self._batch is not None:
                 self._batch.extend()
-            return self._step("decode", [self.generated[-1]], {}, None)
+            with collector_paused():
+                return self._step("decode", [self.generated[-1]], {}, None)
 
     def branch(self, step_index: int) -> None:
         """Continue from an earlier step: drop the steps after `step_index` and crop the KV cache to
@@ -487,8 +489,7 @@ class InferenceSession:
         trace = StepTrace(
             stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
             context_length=context_length,
-            ops=assemble_ops(stop_table(self.features, len(kv), stage, self.moe_layers), recorder.events,
-                             self.features, extra),
+            ops=assemble_ops(self._stop_table(stage, len(kv)), recorder.events, self.features, extra),
             kv=kv, attention=[AttentionRecord(i, shape, recorder.first_key_sums.get(i))
                               for i, shape in sorted(recorder.attention_shapes.items())],
             logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
@@ -504,6 +505,13 @@ class InferenceSession:
                       context_length - lens_width)
         self.run.append(trace, self._named_pieces(trace), self._text())
         return trace
+
+    def _stop_table(self, stage: str, n_layers: int) -> list[tuple[str, str, int | None]]:
+        """The stops of a step (`explorer.stops.stop_table`), built once per stage."""
+        key = (stage, n_layers)
+        if key not in self._stop_tables:
+            self._stop_tables[key] = stop_table(self.features, n_layers, stage, self.moe_layers)
+        return self._stop_tables[key]
 
     def _kv_snapshots(self) -> list[KVSnapshot]:
         return [
@@ -547,7 +555,8 @@ class InferenceSession:
         if trace.logits is not None:
             named.add(trace.sampling.token_id)
             top = min(PIECES_PER_STEP, trace.logits.size)
-            named.update(int(i) for i in np.argpartition(trace.logits, -top)[-top:])
+            # torch's top-k: 0.1 ms over SmolLM2's 49,152 logits, numpy's argpartition 0.5 ms
+            named.update(torch.from_numpy(trace.logits).topk(top, sorted=False).indices.tolist())
         new = sorted(named.difference(self.run.pieces))
         return dict(zip(new, self.pieces(new), strict=True))
 

@@ -273,3 +273,29 @@ def test_the_start_up_load_sets_what_is_alive_aside_from_the_collector():
     assert gc.get_freeze_count() == 0
     load(config="gpt2")
     assert gc.get_freeze_count() > 0 and gc.get_threshold() == thresholds
+
+
+def test_the_collector_pause_collects_the_young_generation_at_its_end_and_restores_the_state():
+    """`collector_paused` (a decode step): no collection inside, one of the young generation at its end,
+    the collector enabled again after, even when the step raises; left alone where it was disabled."""
+    collections = []
+
+    def count(phase, info):
+        if phase == "stop":
+            collections.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        with pytest.raises(RuntimeError), loading.collector_paused():
+            assert not gc.isenabled()
+            young = [[] for _ in range(5 * gc.get_threshold()[0])]  # past the young generation's threshold
+            assert collections == [] and young
+            raise RuntimeError
+        assert gc.isenabled() and collections == [0]
+        gc.disable()
+        with loading.collector_paused():
+            pass
+        assert not gc.isenabled() and collections == [0]
+    finally:
+        gc.enable()
+        gc.callbacks.remove(count)

@@ -45,6 +45,7 @@ def test_a_sampled_prefill_with_every_filter_and_a_greedy_decode_step_run(monkey
     assert model.config._attn_implementation != "explorer_eager"
     assert not torch.nn.modules.module._global_forward_hooks
     assert not torch.nn.modules.module._global_forward_pre_hooks
+    assert not any("forward" in vars(module) for module in model.modules())
 
 
 def test_no_warm_up_in_shape_only_mode_or_without_a_tokenizer(monkeypatch):
