@@ -81,6 +81,24 @@ def open_app(new_page, embedded_app_url):
     def open_page(width: int = 1280, height: int = 720, query: str = "", **context_options):
         page = new_page(embedded_app_url + query, width, height, 60_000, **context_options)
         expect(page.locator("#prompt-box textarea")).to_be_visible()
+        if "sample=1" in query:  # a link's settings come with the page's load event, after the page shows:
+            _wait_for_sampling(page)  # a click before it would run with the defaults
         return page
 
     return open_page
+
+
+def _wait_for_sampling(page) -> None:
+    """Open the settings and their sampling group, wait until "Sample" is checked, and close both again
+    (the page as it was)."""
+    from playwright.sync_api import expect
+
+    toggle, group = page.locator("#settings .toggle-button"), page.get_by_text("Sampling: greedy or sample")
+    toggle.click()
+    page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().left >= 0")
+    group.click()
+    expect(page.locator("#do-sample input")).to_be_checked(timeout=60_000)
+    group.click()
+    expect(page.locator("#do-sample input")).to_be_hidden()
+    toggle.click()
+    page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().right <= 0")
