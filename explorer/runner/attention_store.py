@@ -39,6 +39,7 @@ class AttentionStore:
         self.kept_bytes = 0
         self._kept: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self._pooled: OrderedDict[tuple[int, int, int], np.ndarray] = OrderedDict()  # (step, layer, factor)
+        self._pooled_bytes = 0
 
     def keeper(self) -> Callable[[int, list[int], int], bool]:
         """For the next step's `StepRecorder`: (layer, [h_q, q_len, kv_len], the layer's query bytes) ->
@@ -76,7 +77,7 @@ class AttentionStore:
         for key in [key for key in self._kept if key[0] >= steps]:
             self.kept_bytes -= self._kept.pop(key).nbytes
         for key in [key for key in self._pooled if key[0] >= steps]:
-            del self._pooled[key]
+            self._pooled_bytes -= self._pooled.pop(key).nbytes
 
     def get(self, step: int, layer: int) -> np.ndarray | None:
         """The kept matrix (now the most recently used), or None where it is not kept."""
@@ -106,9 +107,11 @@ class AttentionStore:
 
     def keep_pooled(self, step: int, layer: int, factor: int, mass: np.ndarray) -> None:
         """Keep a matrix's key-block masses within `POOLED_BYTES`, the least recently used going first."""
+        old = self._pooled.pop((step, layer, factor), None)
+        self._pooled_bytes += mass.nbytes - (0 if old is None else old.nbytes)
         self._pooled[(step, layer, factor)] = mass
-        while sum(kept.nbytes for kept in self._pooled.values()) > POOLED_BYTES:
-            self._pooled.popitem(last=False)
+        while self._pooled_bytes > POOLED_BYTES:
+            self._pooled_bytes -= self._pooled.popitem(last=False)[1].nbytes
 
     def _shrink(self) -> None:
         while self._kept and self.kept_bytes > self.budget_bytes - self.query_bytes:
