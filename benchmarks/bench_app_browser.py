@@ -32,9 +32,9 @@ from explorer.ui.layout import PLOT_IDS, VIEW_TITLES, build_demo, launch_options
 
 PROMPT = "Write a long story about a lighthouse keeper and her cat."  # long enough not to end early
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
-SHOWS_STEP = """([id, step]) => { const g = document.querySelector('#' + id + ' .js-plotly-plot');
-                 return g && g.layout && g.layout.meta && g.layout.meta.step === step
-                        && document.querySelector('#status').innerText.includes('step ' + step + ':'); }"""
+DRAWN_AT = """([id, step]) => document.querySelector('#' + id + ' .js-plotly-plot')?.layout?.meta?.step === step"""
+SHOWS_STEP = f"""([id, step]) => ({DRAWN_AT})([id, step])
+                 && document.querySelector('#status').innerText.includes('step ' + step + ':')"""
 
 
 def free_port() -> int:
@@ -74,6 +74,7 @@ def main() -> None:
         for view in args.views:
             plot_id = PLOT_IDS[view]
             page.get_by_role("tab", name=VIEW_TITLES[view], exact=True).click()
+            page.wait_for_function(DRAWN_AT, arg=[plot_id, step], timeout=600_000)  # the tab's own draw first
             times, sizes = [], []
             for _ in range(args.steps):
                 step += 1

@@ -92,20 +92,20 @@ def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[in
 
     Returns:
         A figure with `layout.meta == {"view": "lens", "step": step}`: one heatmap (z [rows, columns]
-        float32 of `stat`, text the top-1 token of each cell, customdata the hover text).
+        float32 of `stat`, text the top-1 token of each cell, customdata each cell's hover text, headed by the
+        hovertemplate).
     """
     rows = shown_rows(columns.top_ids.shape[0])
     cols = list(range(max(0, len(columns.positions) - MAX_COLUMNS), len(columns.positions)))
     values = columns.statistic(stat)[np.ix_(rows, cols)]
     text = [[plain_label(visible_piece(piece(int(columns.top_ids[r, c, 0])), CELL_CHARS)) for c in cols] for r in rows]
-    hover = [[_hover(columns, r, c, pieces, piece) for c in cols] for r in rows]
+    hover, hovertemplate = _hover(columns, rows, cols, piece)
     x = [f"{columns.positions[c]}: {plain_label(visible_piece(pieces[columns.positions[c]], 8))}" for c in cols]
     y = [row_label(r) for r in rows]
     label, unit = LENS_STATS[stat]
     probability = unit == "p"
     fig = go.Figure(go.Heatmap(
-        z=values, x=x, y=y, text=text, texttemplate="%{text}", customdata=hover,
-        hovertemplate="%{customdata}<extra></extra>", colorscale="Viridis", reversescale=not probability,
+        z=values, x=x, y=y, text=text, texttemplate="%{text}", customdata=hover, hovertemplate=hovertemplate, colorscale="Viridis", reversescale=not probability,
         zmin=0, zmax=1 if probability else max(1.0, float(values.max())), xgap=1, ygap=1,
         colorbar={"title": {"text": unit}, "thickness": 12}, textfont={"size": 10},
     ))
@@ -125,11 +125,25 @@ def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[in
                       margin={"l": 90, "r": 20, "t": 60, "b": 90})
 
 
-def _hover(columns: LensColumns, row: int, column: int, pieces: Sequence[str], piece: Callable[[int], str]) -> str:
-    position, following = columns.positions[column], columns.next_ids[column]
-    tops = "<br>".join(f"  {plain_label(visible_piece(piece(int(i)), 16)):<16} {p:.3f}"
-                       for i, p in zip(columns.top_ids[row, column], columns.top_probs[row, column], strict=True))
-    return (f"{row_label(row)}, position {position} ({plain_label(visible_piece(pieces[position], 16))})<br>"
-            f"top 5 (computed over the full vocabulary):<br>{tops}<br>"
-            f"next token {plain_label(visible_piece(piece(following), 16))}: "
-            f"{columns.next_probs[row, column]:.3f}<br>entropy {columns.entropy_bits[row, column]:.2f} bits")
+def _hover(columns: LensColumns, rows: Sequence[int], cols: Sequence[int],
+           piece: Callable[[int], str]) -> tuple[list[list[str]], str]:
+    """The cells' hover texts and the template around them (its words are sent once, not per cell).
+
+    Returns:
+        customdata [rows][cols] str: the cell's top-k pieces with their probabilities, the probability
+        of the token that follows the position and the entropy; and the hovertemplate that heads it.
+    """
+    k = columns.top_ids.shape[2]
+    labels: dict[int, str] = {}
+
+    def label(token_id: int) -> str:
+        return labels.setdefault(token_id, plain_label(visible_piece(piece(token_id), 16)))
+
+    def text(row: int, column: int) -> str:
+        tops = "<br>".join(f"  {label(int(i))}  {p:.3f}"
+                           for i, p in zip(columns.top_ids[row, column], columns.top_probs[row, column], strict=True))
+        return (f"{tops}<br>next token {label(columns.next_ids[column])}: {columns.next_probs[row, column]:.3f}<br>"
+                f"entropy {columns.entropy_bits[row, column]:.2f} bits")
+
+    template = f"%{{y}}, position %{{x}}<br>top {k} (computed over the full vocabulary):<br>%{{customdata}}<extra></extra>"
+    return [[text(r, c) for c in cols] for r in rows], template

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from figure_traces import hand_run
@@ -27,8 +29,19 @@ def test_each_cell_is_its_top1_token_coloured_by_the_chosen_statistic(stat):
     np.testing.assert_array_equal(heatmap.z, np.concatenate([expected[stat](r) for r in (prefill, *decodes)], axis=1))
     last = decodes[-1]
     assert heatmap.text[1][-1] == run.piece(int(last.top_ids[1, 0, 0]))  # the hand-built pieces have no blanks
+    hover = _hover_text(heatmap, 1, -1)
     for token_id, prob in zip(last.top_ids[1, 0], last.top_probs[1, 0], strict=True):
-        assert f"{run.piece(int(token_id))}" in heatmap.customdata[1][-1] and f"{prob:.3f}" in heatmap.customdata[1][-1]
+        assert f"  {run.piece(int(token_id))}  {prob:.3f}<br>" in hover
+    assert hover.startswith(f"layer 0, position {heatmap.x[-1]}<br>")
+    assert hover.endswith(f"<br>next token {run.piece(last.next_ids[0])}: {last.next_probs[1, 0]:.3f}<br>"
+                          f"entropy {last.entropy_bits[1, 0]:.2f} bits")
+
+
+def _hover_text(heatmap, row: int, column: int) -> str:
+    """What Plotly's hover shows for a cell: its hovertemplate filled from the cell's customdata."""
+    values = {"x": heatmap.x[column], "y": heatmap.y[row], "customdata": heatmap.customdata[row][column]}
+    text = re.sub(r"%\{(\w+)\}", lambda m: values[m[1]], heatmap.hovertemplate)
+    return text.removesuffix("<extra></extra>")
 
 
 def test_the_prefill_shows_its_positions_only():
