@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -21,8 +22,6 @@ from plotly.colors import sample_colorscale
 from explorer.analysis.pooling import key_block_mass, key_blocks, pool_rows, query_block_starts
 from explorer.figures.attention_labels import (
     H_SPACING,
-    TITLE_ASCENT_PX,
-    TITLE_TOP_PX,
     PanelGeometry,
     block_labels,
     cell_hover,
@@ -31,7 +30,16 @@ from explorer.figures.attention_labels import (
     outside_hover,
     panel_geometry,
 )
-from explorer.figures.theme import HIGHLIGHT_COLOUR, PRESENTER_SCALE, axis_key, base_layout, set_layout, subplot_grid
+from explorer.figures.theme import (
+    HIGHLIGHT_COLOUR,
+    PRESENTER_SCALE,
+    TITLE_ASCENT_PX,
+    TITLE_TOP_PX,
+    axis_key,
+    base_layout,
+    set_layout,
+    subplot_grid,
+)
 
 MAX_CELLS = 24_000  # heatmap cells per figure: ~128 KB of base64 float32
 MASKED_COLOUR = "#e8e8e8"  # behind NaN cells: the masked (future) keys
@@ -107,7 +115,7 @@ def stack_rows(prefill_rows: np.ndarray, first_row: int, decode: list[np.ndarray
 
 def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, layer: int, step: int,
                      new_rows: int = 0, average: bool = False, window: tuple[int, int] | None = None,
-                     presenter: bool = False, head_notes: list[str] | None = None, note: str = "",
+                     presenter: bool = False, head_notes: list[str] | None = None, note: Sequence[str] = (),
                      first_row: int | None = None, key_factor: int = 1) -> go.Figure:
     """Heatmaps of attention probabilities, one per query head grouped by KV head, or their mean.
 
@@ -131,7 +139,7 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
         presenter: the figure will be drawn in presenter style (`theme.presenter_style`, larger text):
             fewer tick labels where the larger ones would not fit, and shorter title lines.
         head_notes: text appended to each query head's panel title (h_q of them; not with `average`).
-        note: one more title line (e.g. the attention sinks measured).
+        note: title segments after its first sentence (e.g. the attention sinks measured), wrapped as it is.
         first_row: the absolute position of the first of `probs`' rows (a window's rows, given alone);
             None: n - rows.
         key_factor: `probs` holds key-block masses of this many tokens a block (not with `window`):
@@ -171,10 +179,7 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
     outside = [] if window is None else [outside_weight(m[None], key_start, key_stop)[0] for m in matrices]
     scale = PRESENTER_SCALE if presenter else 1.0
     title = figure_title(layer, step, heads, n_kv_heads, average, factor, own, window,
-                         np.array([o[-1] for o in outside], np.float32), queries[-1][0], n, scale)
-    if note:  # as the second line: the lines after it say what a cell or the window holds
-        head, _, rest = title.partition("<br>")
-        title = "<br>".join(line for line in (head, note, rest) if line)
+                         np.array([o[-1] for o in outside], np.float32), queries[-1][0], n, scale, note)
     columns = 1 if average else grid_columns(heads, group)
     grid_rows = math.ceil(len(matrices) / columns)
     geometry = panel_geometry(grid_rows, columns, title.count("<br>") + 1, [t for _, t in keys], [t for _, t in queries])

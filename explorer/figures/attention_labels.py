@@ -9,22 +9,28 @@ panel's size in pixels and the tick font (`fitted_ticks`).
 
 from __future__ import annotations
 
-import html
 import math
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
 
 from explorer.figures.dims import coloured
-from explorer.figures.theme import plain_label, visible_piece
+from explorer.figures.theme import (
+    TITLE_CHARS,
+    TITLE_LINE_PX,
+    TITLE_TOP_PX,
+    plain_label,
+    visible_piece,
+    visible_text,
+    wrapped,
+)
 
 MAX_PIECE_CHARS = 12
 TICK_FONT_PX = 10  # the token labels' font, shrunk to TICK_FONT_MIN_PX where that makes every label fit
 TICK_FONT_MIN_PX = 9
 CHAR_WIDTH = 0.62  # a label character's width, in font sizes (Inter / Helvetica, "␣" included; judgement)
-TITLE_CHARS = 155  # characters of a 17 px title line across the 1,260 px figure (~7.7 px each)
 MAX_TICKS = 60  # labels per axis at most, however large the panel
 FIGURE_WIDTH_PX = 1260  # the width the figure is drawn at on a 1280 px screen (the layout's geometry)
 MAX_HEIGHT_PX = 640  # the figure at normal size, up to three grid rows of panels (9 heads): a 1280x720 screen
@@ -32,9 +38,6 @@ COLOURBAR_PX = 120  # the right margin: the colour bar, its labels and its title
 H_SPACING = 0.02  # between panel columns, a fraction of the plot width
 GAP_PX = 30  # between grid rows: the next row's panel titles
 TITLE_PAD_PX = 26  # between the title's last line and the panels: the first row's panel titles
-TITLE_TOP_PX = 10  # above the title's first line
-TITLE_ASCENT_PX = 16  # a 17 px title line's height above its baseline
-TITLE_LINE_PX = 22  # one 17 px title line
 
 
 def block_labels(pieces: list[str], starts: np.ndarray, stop: int) -> list[tuple[str, str]]:
@@ -107,24 +110,6 @@ def text_px(texts: list[str], font_px: float) -> float:
     return max((len(visible_text(t)) for t in texts), default=0) * CHAR_WIDTH * font_px
 
 
-def visible_text(label: str) -> str:
-    """A Plotly label as it reads: tags dropped, `&lt;`-style entities decoded, `<br>` a line break."""
-    return html.unescape(re.sub(r"<[^>]+>", "", label.replace("<br>", "\n")))
-
-
-def wrapped(segments: list[str], width: int) -> list[str]:
-    """`segments` (label text, kept whole) joined by spaces into lines of at most `width` visible
-    characters where each segment allows; a segment longer than a line takes a line of its own, and
-    one that starts a line loses a leading "· " separator."""
-    lines: list[str] = []
-    for segment in segments:
-        if lines and len(visible_text(lines[-1])) + 1 + len(visible_text(segment)) <= width:
-            lines[-1] += " " + segment
-        else:
-            lines.append(segment.removeprefix("· "))  # a separator that would start a line
-    return lines
-
-
 def step_name(step: int) -> str:
     return "the prefill" if step == 0 else f"decode step {step}"
 
@@ -158,9 +143,9 @@ def window_segments(outside: np.ndarray, last_row: str, newest: bool, first_key:
 
 def figure_title(layer: int, step: int, heads: int, n_kv_heads: int, average: bool, factor: int, own: int,
                  window: tuple[int, int] | None, outside: np.ndarray | None, last_row: str, n: int,
-                 scale: float = 1.0) -> str:
-    """The attention figure's title: what it shows, the zoom window's share of weight, then the heads
-    and the resolution, wrapped into lines that fit the figure's width at text scale `scale`.
+                 scale: float = 1.0, note: Sequence[str] = ()) -> str:
+    """The attention figure's title: what it shows, `note`, the zoom window's share of weight, then the
+    heads and the resolution, wrapped into lines that fit the figure's width at text scale `scale`.
 
     Args:
         layer, step: the layer and step shown (0 = the prefill).
@@ -173,12 +158,13 @@ def figure_title(layer: int, step: int, heads: int, n_kv_heads: int, average: bo
         last_row: the last shown query row's category.
         n: the context length.
         scale: the text's scale when drawn (presenter mode).
+        note: segments on lines of their own after the first sentence (e.g. the attention sinks).
     """
     width = int(TITLE_CHARS / scale)
     what = ([f"mean over the {coloured('h_q')} = {heads} query heads"] if average else
             [f"{coloured('h_q')} = {heads} query heads,",
              f"{coloured('h_kv')} = {n_kv_heads} KV heads (GQA groups of g = {heads // n_kv_heads})"])
-    lines = wrapped(lesson_segments(layer, step), width)
+    lines = wrapped(lesson_segments(layer, step), width) + wrapped(list(note), width)
     if window is not None and outside is not None:
         start, stop = window
         lines += wrapped(window_segments(outside, last_row, stop == n, start, average), width)

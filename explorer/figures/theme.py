@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+import re
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -22,6 +23,10 @@ from plotly.subplots import make_subplots
 FONT_FAMILY = "Inter, Helvetica, Arial, sans-serif"
 FONT_SIZE = 13
 TITLE_FONT_SIZE = 17  # plotly's default title size, set so that presenter mode scales it from there
+TITLE_CHARS = 155  # characters of a 17 px title line across the 1,260 px figure (~7.7 px each)
+TITLE_TOP_PX = 10  # above the title's first line
+TITLE_ASCENT_PX = 16  # a 17 px title line's height above its baseline
+TITLE_LINE_PX = 22  # one 17 px title line
 DRAWN_TRACE_TYPES = ("bar", "scatter", "heatmap")
 UNUSED_LAYOUT_KEYS = ("polar", "ternary", "geo", "scene", "mapbox", "colorscale")
 
@@ -174,6 +179,24 @@ def set_layout(fig: go.Figure, **properties) -> go.Figure:
     return fig
 
 
+def visible_text(label: str) -> str:
+    """A Plotly label as it reads: tags dropped, `&lt;`-style entities decoded, `<br>` a line break."""
+    return html.unescape(re.sub(r"<[^>]+>", "", label.replace("<br>", "\n")))
+
+
+def wrapped(segments: list[str], width: int) -> list[str]:
+    """`segments` (label text, kept whole) joined by spaces into lines of at most `width` visible
+    characters where each segment allows; a segment longer than a line takes a line of its own, and
+    one that starts a line loses a leading "· " separator."""
+    lines: list[str] = []
+    for segment in segments:
+        if lines and len(visible_text(lines[-1])) + 1 + len(visible_text(segment)) <= width:
+            lines[-1] += " " + segment
+        else:
+            lines.append(segment.removeprefix("· "))  # a separator that would start a line
+    return lines
+
+
 PRESENTER_SCALE = 1.5  # text size on a projector, relative to a laptop screen (judgement)
 
 
@@ -197,8 +220,25 @@ def presenter_style(fig: go.Figure) -> go.Figure:
             trace.textfont = scaled(trace.textfont)
     margin = {side: round((layout.margin[side] or 0) * PRESENTER_SCALE) if side != "r" else layout.margin[side]
               for side in ("l", "r", "t", "b")}  # room for the larger titles, ticks and legends
+    height = round((layout.height or 520) * PRESENTER_SCALE)
+    title, added_px = _presenter_title(title, height)
+    margin["t"] += added_px
     return set_layout(fig, font=scaled(layout.font), annotations=annotations, title=title, margin=margin,
-                      height=round((layout.height or 520) * PRESENTER_SCALE), **axes)
+                      height=height + added_px, **axes)
+
+
+def _presenter_title(title: dict, height: int) -> tuple[dict, int]:
+    """A one-line title too long for a line at the presenter's text size, wrapped at its spaces
+    (`_words`) into lines anchored at the top of the figure, and the pixels its added lines take
+    (the figure grows by as much, its plot area kept); a title of several lines was wrapped by its view."""
+    text = title.get("text") or ""
+    lines = [] if "<br>" in text else wrapped(_words(text), int(TITLE_CHARS / PRESENTER_SCALE))
+    if len(lines) < 2:
+        return title, 0
+    added_px = round(TITLE_LINE_PX * PRESENTER_SCALE * (len(lines) - 1))
+    top_px = TITLE_TOP_PX + TITLE_ASCENT_PX * PRESENTER_SCALE
+    return {**title, "text": "<br>".join(lines), "yref": "container", "yanchor": "top",
+            "y": 1 - top_px / (height + added_px)}, added_px
 
 
 def empty_figure(view: str, message: str) -> go.Figure:
@@ -209,3 +249,15 @@ def empty_figure(view: str, message: str) -> go.Figure:
                          "yref": "paper", "font": {"size": FONT_SIZE + 3}}],
         "xaxis": {"visible": False}, "yaxis": {"visible": False}})
     return base_layout(fig, view, None, "", height=300)
+
+
+def _words(text: str) -> list[str]:
+    """`text` split at its spaces, except inside a tag or a tagged span (`<span style="...">a b</span>`
+    stays one word): an element is open while its text has more "<" than twice its "</"."""
+    words: list[str] = []
+    for piece in text.split(" "):
+        if words and words[-1].count("<") > 2 * words[-1].count("</"):
+            words[-1] += " " + piece
+        else:
+            words.append(piece)
+    return words

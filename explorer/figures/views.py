@@ -174,7 +174,7 @@ def fig_attention(data: ViewData, options: ViewOptions) -> go.Figure:
     return attention_figure(shown.values, pieces, n_kv_heads, options.layer, trace.step_index,
                             new_rows=min(trace.step_index, 1), average=options.average_heads, window=window,
                             presenter=options.presenter, head_notes=notes,
-                            note="" if importance is None else sink_note(importance, data.sinks, threshold),
+                            note=() if importance is None else sink_note(importance, data.sinks, threshold),
                             first_row=shown.first_row, key_factor=shown.key_factor)
 
 
@@ -184,17 +184,19 @@ def zoom_window(zoom: int, n: int) -> tuple[int, int]:
     return start, min(start + ZOOM_TOKENS, n)
 
 
-def sink_note(importance: np.ndarray, every_layer: np.ndarray | None, threshold: float) -> str:
-    """The attention view's line on sinks: how many of the layer's heads, and of all (layer, head)
-    pairs, put a mean weight over `threshold` on the first token (computed from the probabilities)."""
+def sink_note(importance: np.ndarray, every_layer: np.ndarray | None, threshold: float) -> list[str]:
+    """The attention view's title segments on sinks: how many of the layer's heads, and of all (layer,
+    head) pairs, put a mean weight over `threshold` on the first token (computed from the probabilities)."""
     here = int((importance > threshold).sum())
-    line = f"Sinks ● (mean weight on token 0 over the queries > {threshold:g}): {here} of {len(importance)} heads here"
+    segments = [f"Sinks ● (mean weight on token 0 over the queries > {threshold:g}):",
+                f"{here} of {len(importance)} heads here"]
     if every_layer is not None:
         summary = SinkSummary(every_layer, threshold)
         counts = summary.per_layer()
-        line += (f"; {int(summary.sinks.sum())} of {summary.sinks.size} ({summary.share:.0%}) in all layers, "
-                 f"per layer {counts.min()}-{counts.max()} of {every_layer.shape[1]}")
-    return line
+        segments[-1] += ";"
+        segments += [f"{int(summary.sinks.sum())} of {summary.sinks.size} ({summary.share:.0%}) in all layers,",
+                     f"per layer {counts.min()}-{counts.max()} of {every_layer.shape[1]}"]
+    return segments
 
 
 def fig_kv_cache(data: ViewData, options: ViewOptions) -> go.Figure:

@@ -106,10 +106,14 @@ def grouped_weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tens
     return output.view(batch, h_kv * group, q_len, value.shape[-1])
 
 
-def merge_heads(output: torch.Tensor, merged: torch.Tensor) -> None:
-    """Write the heads' outputs [B, h_q, T, d_h] into `merged` [B, T, h_q, d_h] (eager's
-    `transpose(1, 2).contiguous()`)."""
-    merged.copy_(output.transpose(1, 2))
+def merge_heads(output: torch.Tensor, merged: torch.Tensor | None, block: slice) -> torch.Tensor:
+    """The heads' outputs [B, h_q, rows, d_h] as [B, rows, h_q, d_h] (eager's `transpose(1, 2).contiguous()`):
+    written into rows `block` of `merged` [B, T, h_q, d_h] and `merged` returned; where `merged` is None
+    (the step's one block), a tensor of their own."""
+    if merged is None:
+        return output.transpose(1, 2).contiguous()
+    merged[:, block].copy_(output.transpose(1, 2))
+    return merged
 
 
 def in_head_order(probs: torch.Tensor) -> torch.Tensor:

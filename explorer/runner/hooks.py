@@ -143,31 +143,38 @@ class StepRecorder:
         """Store a stop run in query blocks, `spans` its blocks' (start, end) readings."""
         self.events[key] = Event(spans[0][0], spans[-1][1], inputs, outputs, dtype, spans if len(spans) > 1 else ())
 
-    def attention_target(self, layer: int, shape: Shape, inputs: AttentionInputs,
-                         device: torch.device) -> torch.Tensor | None:
-        """Before a layer's attention: keep its queries (`inputs`, to recompute the probabilities
-        from) and, where `keep_attention` allows, return the float32 [h_q, q_len, kv_len] tensor its
-        probabilities are to be copied into (on the model's device: a copy to the host here would wait
-        for the GPU); None where they are not kept, or on `meta`."""
+    def attention_inputs_of(self, layer: int, shape: Shape, inputs: AttentionInputs, device: torch.device) -> bool:
+        """Before a layer's attention: keep its queries (`inputs`, to recompute the probabilities from);
+        returns whether `keep_attention` allows its probabilities to be kept too (never on `meta`)."""
         self.attention_shapes[layer] = shape
         if device.type == "meta":
-            return None
+            return False
         self.attention_inputs[layer] = inputs
-        if not self.keep_attention(layer, shape, inputs.query.nbytes):
-            return None
-        self._pending_attention[layer] = torch.empty(shape, dtype=torch.float32, device=device)
-        return self._pending_attention[layer]
+        return self.keep_attention(layer, shape, inputs.query.nbytes)
 
-    def first_key_target(self, layer: int, h_q: int, device: torch.device) -> torch.Tensor | None:
-        """Before a layer's attention: the float64 [h_q] tensor its blocks add their sums over the
-        queries of the probability on the first key to (`first_key_sums` after `finish`); None on `meta`.
-        One tensor, added to in place: a long prefill's thousands of blocks keep no small tensor each
-        (kept in a list, they scattered long-lived allocations among the blocks' and a 2,048-token
-        prefill's peak RSS rose from 1.2 GB to 4-5 GB in four of six runs)."""
-        if device.type == "meta":
-            return None
-        self._pending_sums[layer] = torch.zeros(h_q, dtype=torch.float64, device=device)
-        return self._pending_sums[layer]
+    def attention_block(self, layer: int, first: int, probs: torch.Tensor, keep: bool) -> None:
+        """A block of a layer's probabilities [h_q, rows, n] in head order, from query row `first`: its
+        sums over the queries of the weight on the first key go into `first_key_sums` (float64), and,
+        where `keep`, its rows into the layer's float32 [h_q, q_len, n] matrix (on the model's device: a
+        copy to the host here would wait for the GPU). A one-block layer's probabilities are kept as
+        they are (a copy only to float32), its sums are the block's; a long prefill's blocks add into
+        the first block's tensors in place, so they leave no small tensor each (kept in a list, they
+        scattered long-lived allocations among the blocks' and a 2,048-token prefill's peak RSS rose
+        from 1.2 GB to 4-5 GB in four of six runs)."""
+        sums = probs[..., 0].sum(dim=-1, dtype=torch.float64)
+        if first == 0:
+            self._pending_sums[layer] = sums
+        else:
+            self._pending_sums[layer] += sums
+        if not keep:
+            return
+        h_q, q_len, n = self.attention_shapes[layer]
+        if probs.shape[1] == q_len:
+            self._pending_attention[layer] = probs.to(torch.float32)
+            return
+        if first == 0:
+            self._pending_attention[layer] = probs.new_empty((h_q, q_len, n), dtype=torch.float32)
+        self._pending_attention[layer][:, first:first + probs.shape[1]].copy_(probs)
 
     def attention_done(self, layer: int) -> None:
         """After a layer's attention: report progress, and end the pass if this was the layer wanted."""
@@ -215,11 +222,10 @@ def explorer_attention(
     start = clock()
     expanded = torch.Size([batch, h_q, n, head_dim])  # a broadcast (explorer.runner.gqa): no tensor of its own
     rec.record_shapes(stop_name(layer, "attn.gqa_expand"), start, [key.shape, value.shape], [expanded] * 2, key.dtype)
-    kept = rec.attention_target(layer, [h_q, q_len, n], AttentionInputs(query[0].detach(), scaling, softcap),
-                                query.device)
-    merged = query.new_empty(batch, q_len, h_q, head_dim)
-    first_key_sums = rec.first_key_target(layer, h_q, query.device)
+    keep = rec.attention_inputs_of(layer, [h_q, q_len, n], AttentionInputs(query[0].detach(), scaling, softcap),
+                                   query.device)
     rows = rec.block_rows or block_rows(h_q, q_len, n, query.element_size())
+    merged = query.new_empty(batch, q_len, h_q, head_dim) if rows < q_len else None  # one block: its own
     spans: list[list[tuple[float, float]]] = [[], [], [], []]
     for first in range(0, q_len, rows):
         block = slice(first, min(first + rows, q_len))
@@ -231,16 +237,13 @@ def explorer_attention(
         after_softmax = clock()
         output = grouped_weighted_sum(probs, value)
         after_sum = clock()
-        merge_heads(output, merged[:, block])
+        merged = merge_heads(output, merged, block)
         after_merge = clock()
         marks = (start, after_scores, after_softmax, after_sum, after_merge)
         for stop, times in enumerate(spans):
             times.append((marks[stop], marks[stop + 1]))
-        in_order = in_head_order(probs)
-        if kept is not None:
-            kept[:, block].copy_(in_order)  # outside the timed stops, as eager has no such copy
-        if first_key_sums is not None:  # the sinks' sums, outside the timed stops too
-            first_key_sums += in_order[..., 0].sum(dim=-1, dtype=torch.float64)
+        if not query.is_meta:  # kept and summed outside the timed stops, as eager has no such copy
+            rec.attention_block(layer, first, in_head_order(probs), keep)
     heads, per_head = torch.Size([batch, h_q, q_len, n]), torch.Size([batch, h_q, q_len, head_dim])
     rec.record_blocks(stop_name(layer, "attn.scores"), spans[0], [query.shape, expanded], [heads], query.dtype)
     rec.record_blocks(stop_name(layer, "attn.softmax"), spans[1], [heads], [heads], query.dtype)

@@ -29,12 +29,10 @@ from explorer.figures.attention import (
 from explorer.figures.attention_labels import (
     FIGURE_WIDTH_PX,
     TICK_FONT_MIN_PX,
-    TITLE_CHARS,
     block_labels,
     thinned_ticks,
-    visible_text,
 )
-from explorer.figures.theme import PRESENTER_SCALE, presenter_style, visible_piece
+from explorer.figures.theme import PRESENTER_SCALE, TITLE_CHARS, presenter_style, visible_piece, visible_text
 
 TRACES = run_traces(TINY, decode_steps=2)  # 11 prompt tokens, then 2 decode steps: n = 13
 BLOCKS = [step_attention(TINY, t)[1] for t in TRACES]

@@ -7,14 +7,18 @@ import plotly.io as pio
 import pytest
 
 from explorer.figures.theme import (
+    PRESENTER_SCALE,
     TEMPLATE,
+    TITLE_CHARS,
     TITLE_FONT_SIZE,
+    TITLE_LINE_PX,
     axis_key,
     base_layout,
     empty_figure,
     presenter_style,
     set_layout,
     subplot_grid,
+    visible_text,
 )
 
 
@@ -76,3 +80,24 @@ def test_presenter_style_scales_every_text_the_margins_and_the_height_and_keeps_
     assert layout.title.font.size == round(TITLE_FONT_SIZE * 1.5) and layout.font.color == "#000000"
     assert (layout.margin.l, layout.margin.r, layout.margin.t, layout.margin.b) == (90, 20, 135, 60)
     assert layout.height == 600 and layout.meta == {"view": "journey", "step": 3}
+
+
+def test_presenter_style_wraps_a_long_one_line_title_at_its_spaces_and_grows_the_figure_by_its_new_lines():
+    words = [f'<span style="color: #{i:06d}">word {i}</span>' if i % 2 else f"word{i}" for i in range(50)]
+    fig = base_layout(go.Figure(), "forward", 1, " ".join(words), height=400)
+    set_layout(fig, margin={"l": 10, "r": 10, "t": 50, "b": 50})
+    presenter_style(fig)
+    lines = fig.layout.title.text.split("<br>")
+    width = TITLE_CHARS / PRESENTER_SCALE
+    assert len(lines) > 1 and all(len(visible_text(line)) <= width for line in lines)
+    assert " ".join(lines) == " ".join(words)  # every word in order
+    assert all(line.count("<span") == line.count("</span>") for line in lines)  # no cut inside a coloured word
+    added = round(TITLE_LINE_PX * PRESENTER_SCALE * (len(lines) - 1))
+    assert (fig.layout.margin.t, fig.layout.height) == (75 + added, 600 + added)
+    assert fig.layout.title.yref == "container" and fig.layout.title.yanchor == "top"
+
+
+def test_presenter_style_keeps_a_short_title_and_one_its_view_wrapped():
+    for title in ("Roofline", "a view's own<br>" + "long line " * 30):
+        fig = presenter_style(base_layout(go.Figure(), "roofline", 1, title, height=400))
+        assert fig.layout.title.text == title and fig.layout.height == 600
