@@ -90,6 +90,13 @@ class PromptMemory:
                 + self.activation_bytes)
 
     @property
+    def kept_bytes(self) -> int:
+        """What the session holds once the prefill is done (the per-layer terms are freed): the KV cache,
+        the queries and the kept matrices. It grows by the cache's and queries' bytes per token with each
+        decode step; the session's other holdings are capped (pooled views and lens residuals)."""
+        return self.kv_cache_bytes + self.query_bytes + self.kept_matrix_bytes
+
+    @property
     def total_bytes(self) -> int:
         """Weights plus `run_bytes`."""
         return self.weight_bytes + self.run_bytes
@@ -101,7 +108,8 @@ class PromptMemory:
                 f"{self.weight_bytes / mb:,.0f} MB, KV cache {self.kv_cache_bytes / mb:,.0f} MB, kept queries "
                 f"{self.query_bytes / mb:,.0f} MB and attention matrices {self.kept_matrix_bytes / mb:,.0f} MB, "
                 f"per layer {self.attention_transient_bytes / mb:,.0f} MB of attention mask and block and "
-                f"{self.activation_bytes / mb:,.0f} MB of activations")
+                f"{self.activation_bytes / mb:,.0f} MB of activations; the session then keeps "
+                f"{self.kept_bytes / mb:,.0f} MB")
 
 
 def prompt_memory(spec: ModelSpec, prompt_tokens: int, itemsize: int, attention_budget_bytes: int) -> PromptMemory:

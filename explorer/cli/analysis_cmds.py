@@ -194,4 +194,5 @@ def _memory_rows(spec: ModelSpec, prompt_tokens: int, dtype: str) -> list[tuple[
         ("  kept attention matrices", f"{need.kept_matrix_bytes / mb:,.0f} MB"),
         ("  attention transient, a layer", f"{need.attention_transient_bytes / mb:,.0f} MB"),
         ("  activations, a layer", f"{need.activation_bytes / mb:,.0f} MB"),
+        ("kept by the session after it", f"{need.kept_bytes / mb:,.0f} MB (KV cache, queries, matrices)"),
     ]
