@@ -213,14 +213,16 @@ class ServedHandlers:
 
     def on_page_load(self, request: gr.Request | None = None) -> tuple:
         """Fill the controls named in the page's query parameters (a shared link); warn about values
-        that cannot be read or a model not in the menu, and leave those controls as they are."""
+        that cannot be read or a model not in the menu, and leave those controls as they are. Then
+        enable Prefill (the last output), which the page starts without, so no prefill runs before the
+        link's settings are in the controls."""
         values, unreadable = values_from_query(dict(request.query_params) if request else {})
         if values.get("model_choice") not in (None, *self.served.registry.choices()):
             unreadable.append("model")
             del values["model_choice"]
         if unreadable:
             gr.Warning(f"The link's {', '.join(unreadable)} could not be used; the defaults stay.")
-        return tuple(values.get(field, gr.skip()) for field in LINK_FIELDS)
+        return (*(values.get(field, gr.skip()) for field in LINK_FIELDS), gr.update(interactive=True))
 
     def on_page_close(self, request: gr.Request | None = None) -> None:
         """Free the session of a page that closed (and refuse one its running step would admit later)."""

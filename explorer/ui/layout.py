@@ -120,7 +120,10 @@ def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: 
             c["prompt"].render()
             with gr.Column(scale=2, min_width=420, elem_id="step-buttons"):
                 with gr.Row(elem_classes="button-row"):
-                    c["prefill_btn"] = gr.Button("Prefill", variant="primary", elem_id="prefill-btn", min_width=100)
+                    # enabled by the page's load event once a link's settings are in the controls: a Prefill
+                    # clicked before them would run without them
+                    c["prefill_btn"] = gr.Button("Prefill", variant="primary", elem_id="prefill-btn", min_width=100,
+                                                 interactive=False)
                     c["decode_btn"] = gr.Button("Next token", elem_id="decode-btn", min_width=120)
                     c["reset_btn"] = gr.Button("Reset", variant="stop", elem_id="reset-btn", min_width=90)
                 with gr.Row(elem_classes="button-row"):
@@ -403,7 +406,8 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
     link_controls = _named(c, LINK_FIELDS)
     c["share_btn"].click(handlers.on_share_click, link_controls, c["share_box"], api_visibility="private").then(
         None, c["share_box"], c["share_box"], js="(query) => window.location.origin + window.location.pathname + query")
-    demo.load(app.on_page_load, None, link_controls, api_visibility="private")
+    demo.load(app.on_page_load, None, [*link_controls, c["prefill_btn"]], api_visibility="private",
+              concurrency_limit=None)  # fast, and every page waits for it
     demo.unload(app.on_page_close)
     c["lease"].tick(app.on_lease_tick, None, None, queue=False, show_progress="hidden", api_visibility="private")
     c["svg_btn"].click(None, js=SAVE_SVG_JS)

@@ -39,8 +39,11 @@ def browser():
 @pytest.fixture
 def new_page(browser):
     """`new_page(url, width=1400, height=1000, timeout_ms=30_000, **context_options)`: a freshly loaded
-    page of `url` in a new browser context (`context_options` go to `browser.new_context`, e.g.
-    `extra_http_headers`). Every page it opened is closed when the test ends."""
+    page of the app at `url` in a new browser context (`context_options` go to `browser.new_context`,
+    e.g. `extra_http_headers`), once its load event has run: the page enables Prefill then, after a
+    link's settings are in the controls. Every page it opened is closed when the test ends."""
+    from playwright.sync_api import expect
+
     contexts = []
 
     def open_page(url: str, width: int = 1400, height: int = 1000, timeout_ms: int = 30_000, **context_options):
@@ -49,6 +52,7 @@ def new_page(browser):
         page = context.new_page()
         page.set_default_timeout(timeout_ms)
         page.goto(url)
+        expect(page.locator("#prefill-btn")).to_be_enabled(timeout=timeout_ms)
         return page
 
     yield open_page
@@ -81,24 +85,6 @@ def open_app(new_page, embedded_app_url):
     def open_page(width: int = 1280, height: int = 720, query: str = "", **context_options):
         page = new_page(embedded_app_url + query, width, height, 60_000, **context_options)
         expect(page.locator("#prompt-box textarea")).to_be_visible()
-        if "sample=1" in query:  # a link's settings come with the page's load event, after the page shows:
-            _wait_for_sampling(page)  # a click before it would run with the defaults
         return page
 
     return open_page
-
-
-def _wait_for_sampling(page) -> None:
-    """Open the settings and their sampling group, wait until "Sample" is checked, and close both again
-    (the page as it was)."""
-    from playwright.sync_api import expect
-
-    toggle, group = page.locator("#settings .toggle-button"), page.get_by_text("Sampling: greedy or sample")
-    toggle.click()
-    page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().left >= 0")
-    group.click()
-    expect(page.locator("#do-sample input")).to_be_checked(timeout=60_000)
-    group.click()
-    expect(page.locator("#do-sample input")).to_be_hidden()
-    toggle.click()
-    page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().right <= 0")

@@ -45,6 +45,10 @@ READ_FIGURE = """id => {
                                       .map(String).join(' | ')}))};
 }"""
 
+SAMPLING_DRAWN = "() => document.querySelector('#sampling-plot .js-plotly-plot')?.layout?.meta?.step === 0"
+SAMPLING_TEXTS = """() => { const l = document.querySelector('#sampling-plot .js-plotly-plot').layout;
+  return [l.title.text, ...(l.annotations || []).map(a => a.text)].join(' | '); }"""
+
 # Records the status line as the page takes a click on `selector` (in window.statusAtClick).
 STATUS_AT_CLICK = """selector => document.addEventListener('click', event => {
   if (event.target.closest(selector)) window.statusAtClick = document.querySelector('#status').innerText;
@@ -254,6 +258,24 @@ def test_a_shared_link_fills_the_prompt_and_the_settings(open_app):
     page.locator("#share-btn").click()
     expect(page.locator("#share-link textarea")).to_have_value(re.compile(r"^http://127\.0\.0\.1:\d+/\?prompt="
                                                                           r"Bonjour\+%C3%A0\+tous&.*temperature=1\.3"))
+
+
+def test_a_prefill_clicked_as_soon_as_a_links_page_allows_runs_with_the_links_settings(browser, app_url, monkeypatch):
+    from explorer.ui import handlers
+
+    read = handlers.values_from_query
+    monkeypatch.setattr(handlers, "values_from_query", lambda params: (time.sleep(3), read(params))[1])  # a slow load
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.goto(app_url + "?prompt=Once+upon+a+time&sample=1&temperature=1.5&top_k=40&seed=4")
+        page.locator("#prefill-btn").click(timeout=TIMEOUT_MS)  # waits only until the button is enabled
+        expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
+        page.get_by_role("tab", name="Sampling", exact=True).click()
+        page.wait_for_function(SAMPLING_DRAWN, timeout=TIMEOUT_MS)
+        assert "temperature 1.5 → top-k 40" in page.evaluate(SAMPLING_TEXTS)
+    finally:
+        context.close()
 
 
 def test_a_new_prefill_stops_a_run_of_n_tokens(page, monkeypatch):

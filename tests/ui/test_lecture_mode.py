@@ -127,7 +127,9 @@ def test_share_and_load_fill_the_controls(served):
     query = {"prompt": "Bonjour", "temperature": "1.3", "model": "../../etc"}
     with pytest.warns(UserWarning, match="model could not be used"):
         filled = handlers.ServedHandlers(served).on_page_load(FakeRequest(query=query))
+    *filled, prefill = filled
     values = dict(zip(LINK_FIELDS, filled, strict=True))
+    assert prefill == gr.update(interactive=True)  # the page starts with Prefill disabled until then
     assert values["prompt"] == "Bonjour" and values["temperature"] == 1.3
     assert values["model_choice"] == gr.skip() and values["seed"] == gr.skip()
 
