@@ -92,8 +92,8 @@ def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[in
 
     Returns:
         A figure with `layout.meta == {"view": "lens", "step": step}`: one heatmap (z [rows, columns]
-        float32 of `stat`, text the top-1 token of each cell, customdata each cell's hover text, headed by the
-        hovertemplate).
+        float32 of `stat`, text the top-1 token of each cell, customdata each cell's hover text, headed
+        by the hovertemplate).
     """
     rows = shown_rows(columns.top_ids.shape[0])
     cols = list(range(max(0, len(columns.positions) - MAX_COLUMNS), len(columns.positions)))
@@ -105,7 +105,8 @@ def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[in
     label, unit = LENS_STATS[stat]
     probability = unit == "p"
     fig = go.Figure(go.Heatmap(
-        z=values, x=x, y=y, text=text, texttemplate="%{text}", customdata=hover, hovertemplate=hovertemplate, colorscale="Viridis", reversescale=not probability,
+        z=values, x=x, y=y, text=text, texttemplate="%{text}", customdata=hover, hovertemplate=hovertemplate,
+        colorscale="Viridis", reversescale=not probability,
         zmin=0, zmax=1 if probability else max(1.0, float(values.max())), xgap=1, ygap=1,
         colorbar={"title": {"text": unit}, "thickness": 12}, textfont={"size": 10},
     ))
@@ -145,5 +146,6 @@ def _hover(columns: LensColumns, rows: Sequence[int], cols: Sequence[int],
         return (f"{tops}<br>next token {label(columns.next_ids[column])}: {columns.next_probs[row, column]:.3f}<br>"
                 f"entropy {columns.entropy_bits[row, column]:.2f} bits")
 
-    template = f"%{{y}}, position %{{x}}<br>top {k} (computed over the full vocabulary):<br>%{{customdata}}<extra></extra>"
+    template = (f"%{{y}}, position %{{x}}<br>top {k} (computed over the full vocabulary):<br>"
+                "%{customdata}<extra></extra>")
     return [[text(r, c) for c in cols] for r in rows], template

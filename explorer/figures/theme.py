@@ -241,16 +241,6 @@ def _presenter_title(title: dict, height: int) -> tuple[dict, int]:
             "y": 1 - top_px / (height + added_px)}, added_px
 
 
-def empty_figure(view: str, message: str) -> go.Figure:
-    """A figure with no data and `message` in its middle (before the first prefill, or on a step
-    that has nothing to show in this view)."""
-    fig = go.Figure(layout={
-        "annotations": [{"text": message, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper",
-                         "yref": "paper", "font": {"size": FONT_SIZE + 3}}],
-        "xaxis": {"visible": False}, "yaxis": {"visible": False}})
-    return base_layout(fig, view, None, "", height=300)
-
-
 def _words(text: str) -> list[str]:
     """`text` split at its spaces, except inside a tag or a tagged span (`<span style="...">a b</span>`
     stays one word): an element is open while its text has more "<" than twice its "</"."""
@@ -261,3 +251,14 @@ def _words(text: str) -> list[str]:
         else:
             words.append(piece)
     return words
+
+
+def empty_figure(view: str, message: str) -> go.Figure:
+    """A figure with no data and `message` in its middle (before the first prefill, or on a step
+    that has nothing to show in this view)."""
+    fig = go.Figure(layout={
+        "annotations": [{"text": message, "showarrow": False, "x": 0.5, "y": 0.5, "xref": "paper",
+                         "yref": "paper", "font": {"size": FONT_SIZE + 3}}],
+        "xaxis": {"visible": False}, "yaxis": {"visible": False}})
+    return base_layout(fig, view, None, "", height=300)
+

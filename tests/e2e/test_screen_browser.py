@@ -239,6 +239,22 @@ def test_the_full_screen_button_fills_the_screen_with_the_views_through_a_step(o
                            ".getBoundingClientRect().height - h) < 2", arg=own_height)
 
 
+def test_full_screen_squeezes_a_tall_presenter_diagram_no_further_than_its_text_allows(open_app):
+    page = open_app(1280, 720)
+    prefill(page)
+    page.locator("#settings .toggle-button").click()
+    page.locator("#presenter-mode input").check()
+    page.locator("#settings .toggle-button").click()
+    height = "() => document.querySelector('#forward-plot .js-plotly-plot')._fullLayout.height"
+    page.wait_for_function(f"() => ({height})() > 720")  # redrawn in presenter style: taller than the screen
+    own_height = page.evaluate(height)
+    page.locator("#forward-plot").get_by_role("button", name="Full screen").click()
+    page.wait_for_function("() => document.fullscreenElement && document.fullscreenElement.id === 'views'")
+    # squeezed to MIN_FIT_RATIO (0.9) of its own height, not to the screen's: the view scrolls for the rest
+    page.wait_for_function(f"h => Math.abs(({height})() - 0.9 * h) <= 1", arg=own_height)
+    page.screenshot(path=str(ARTIFACTS / "screen-1280x720-presenter-fullscreen.png"))
+
+
 def test_a_zoom_is_kept_when_the_next_step_redraws_the_figure(open_app):
     """Gradio draws each new figure in a new element, so the zoom is carried over by assets/shortcuts.js
     (keyed on the figure's layout.uirevision), not by Plotly.react alone."""

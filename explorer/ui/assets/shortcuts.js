@@ -49,9 +49,13 @@ function whenReady(start) {
 })();
 
 // Full screen (the browser's own): the views with their tabs fill the screen, and the figure on
-// screen is redrawn to the screen's height (a step or a tab drawn meanwhile too), back to its own
+// screen is redrawn to the screen's height (a step or a tab drawn meanwhile too; no shorter than
+// MIN_FIT_RATIO of its own height), back to its own
 // height when full screen ends (Esc, F, or the button again). Each figure's toolbar has the button.
 const FIT_MARGIN_PX = 12;
+// a figure is squeezed to at most this share of its own height (its text keeps its size, so a tall
+// presenter-mode diagram squeezed further overlaps its labels): the full-screen view scrolls instead
+const MIN_FIT_RATIO = 0.9;
 function shownFigure() {
   return [...document.querySelectorAll("#views .js-plotly-plot")].find((e) => e.offsetParent !== null) || null;
 }
@@ -60,16 +64,22 @@ function fitFigure(figure) {
   if (!figure || !figure.layout || !window.Plotly) return;
   if (screen && screen.contains(figure)) {
     const top = figure.getBoundingClientRect().top - screen.getBoundingClientRect().top;
-    const height = Math.max(240, Math.floor(window.innerHeight - top - FIT_MARGIN_PX));
+    // a height not set here is the figure's own (a redraw brought it): the one to restore, and the
+    // height it is drawn at (Gradio leaves layout.height unset: Plotly's computed one)
+    if (figure.layout.height !== Number(figure.dataset.fitted)) {
+      figure.dataset.pageHeight = figure.layout.height ?? "";
+      figure.dataset.drawnHeight = String(figure._fullLayout.height);
+    }
+    const least = Math.round(Number(figure.dataset.drawnHeight) * MIN_FIT_RATIO);
+    const height = Math.max(240, least, Math.floor(window.innerHeight - top - FIT_MARGIN_PX));
     if (figure.layout.height === height) return;
-    // a height not set here is the figure's own (a redraw brought it): the one to restore
-    if (figure.layout.height !== Number(figure.dataset.fitted)) figure.dataset.pageHeight = figure.layout.height ?? "";
     figure.dataset.fitted = String(height);
     window.Plotly.relayout(figure, { height });
   } else if (figure.dataset.fitted) {
     const height = figure.dataset.pageHeight;
     delete figure.dataset.fitted;
     delete figure.dataset.pageHeight;
+    delete figure.dataset.drawnHeight;
     window.Plotly.relayout(figure, { height: height === "" ? null : Number(height) });
   }
 }
