@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from explorer.analysis.equivalence import WHY, EquivalenceResult
-from explorer.figures.theme import base_layout, plain_label, set_layout, visible_piece
+from explorer.figures.theme import base_layout, plain_label, set_layout, visible_piece, wrapped
 
 FLOOR = 1e-12  # an exact 0 is drawn at this (a log scale has no 0); its text says 0
 
@@ -41,18 +41,6 @@ def equivalence_figure(result: EquivalenceResult, piece: Callable[[int], str]) -
     base_layout(fig, "equivalence", None, title, height=170 + 60 * len(ran))
     note = WHY + (f"<br>{plain_label(skipped)}" if skipped else "")
     return set_layout(fig, margin={"l": 250, "r": 20, "t": 60, "b": 90}, yaxis={"autorange": "reversed"},
-                      annotations=[{"text": _wrapped(note), "showarrow": False, "xref": "paper", "yref": "paper",
+                      annotations=[{"text": "<br>".join(wrapped(note.split(" "), 150)), "showarrow": False, "xref": "paper", "yref": "paper",
                                     "x": 0, "y": -0.12, "xanchor": "left", "yanchor": "top", "align": "left",
                                     "font": {"size": 11}}])
-
-
-def _wrapped(text: str, width: int = 150) -> str:
-    """`text` broken into lines of at most `width` characters (Plotly does not wrap annotations)."""
-    lines, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}".strip()
-    return "<br>".join([*lines, line])

@@ -33,7 +33,15 @@ from explorer.figures.sampling_ranks import (
     raw_order,
     survivors_text,
 )
-from explorer.figures.theme import HIGHLIGHT_COLOUR, base_layout, plain_label, set_layout, subplot_grid, visible_piece
+from explorer.figures.theme import (
+    HIGHLIGHT_COLOUR,
+    TITLE_LINE_PX,
+    base_layout,
+    plain_label,
+    set_layout,
+    subplot_grid,
+    visible_piece,
+)
 from explorer.trace import SamplingRecord
 
 REMOVED_MARK = "×"
@@ -42,7 +50,6 @@ PREVIEW_COLOUR = "#333333"
 LABEL_CHARS = 14
 HEIGHT = 620
 MIN_SLOTS = 8  # panel (c) is laid out for at least this many bars
-LINE_PX = 22  # a title line at the title's font size
 STEP_DRAW = "drawn"  # panel (b)'s marker of the step's own token (customdata: its id), preview or not
 PREVIEW_DRAW = "preview draw"  # panel (b)'s marker of a preview's draw
 # What decides a draw, with each value's neutral default; max_new_tokens does not.
@@ -113,8 +120,8 @@ def sampling_figure(record: SamplingRecord, token_piece: Callable[[int], str], s
     # the title's lines from the top, in fractions of the height so presenter mode (text and height
     # 1.5 times) keeps them there; then panel (a)'s title
     title = {**fig.layout.title.to_plotly_json(), "yref": "container", "yanchor": "middle",
-             "y": 1 - (LINE_PX * len(lines) / 2 + 2) / HEIGHT}
-    return set_layout(fig, title=title, margin={"l": 60, "r": 20, "t": 40 + LINE_PX * len(lines), "b": 40})
+             "y": 1 - (TITLE_LINE_PX * len(lines) / 2 + 2) / HEIGHT}
+    return set_layout(fig, title=title, margin={"l": 60, "r": 20, "t": 40 + TITLE_LINE_PX * len(lines), "b": 40})
 
 
 def token_labels(token_ids: list[int], token_piece: Callable[[int], str]) -> dict[int, str]:
