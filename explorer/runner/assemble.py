@@ -10,6 +10,8 @@ projection. Splitting into heads is a view: it launches no kernel, so its wall t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from explorer.families import Family
@@ -21,16 +23,27 @@ _PROJECTIONS = ("q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "qkv_proj")
 _DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
+Plan = list[tuple[str, str, int | None, Callable | None]]
+
+
+def stop_plan(table: list[tuple[str, str, int | None]]) -> Plan:
+    """`table` (`explorer.stops.stop_table(...)`) as (name, kind, layer, builder) rows for `assemble_ops`:
+    a derived stop's builder, None for a stop timed directly. Built once per stop table, so a step
+    parses no stop name."""
+    return [(name, kind, layer, _DERIVED.get(parse_stop_name(name)[1]) if layer is not None else None)
+            for name, kind, layer in table]
+
+
 def assemble_ops(
-    table: list[tuple[str, str, int | None]],
+    plan: Plan,
     events: dict[str, Event],
     family: Family,
     extra: dict[str, OpRecord],
 ) -> list[OpRecord]:
-    """The stops of `table`, in its order, each with shapes, dtype and wall time.
+    """The stops of `plan`, in its order, each with shapes, dtype and wall time.
 
     Args:
-        table: `explorer.stops.stop_table(...)` for this step.
+        plan: `stop_plan(...)` of this step's stop table.
         events: the recorder's events, keyed by canonical name.
         family: the model's family (`explorer.families`).
         extra: stops measured by the session itself (tokenize, sample, detokenize).
@@ -41,19 +54,17 @@ def assemble_ops(
     ops = []
     record = _Records()
     layer_events: _LayerEvents | None = None
-    for name, kind, layer in table:
-        if name in extra:
-            ops.append(extra[name])
-            continue
-        if layer is not None and (layer_events is None or layer_events.layer != layer):
-            layer_events = _LayerEvents(events, layer)
-        builder = _DERIVED.get(parse_stop_name(name)[1]) if layer is not None else None
+    for name, kind, layer, builder in plan:
         if builder is not None:
+            if layer_events is None or layer_events.layer != layer:
+                layer_events = _LayerEvents(events, layer)
             ops.append(builder(record, name, kind, layer, layer_events, family))
+        elif (event := events.get(name)) is not None:
+            ops.append(record.event(name, kind, layer, event))
+        elif name in extra:
+            ops.append(extra[name])
         elif name == "embed_add":
             ops.append(_embed_add(record, name, kind, events))
-        elif name in events:
-            ops.append(record.event(name, kind, layer, events[name]))
         else:
             raise RuntimeError(f"stop {name} was not observed in the forward pass")
     return ops
@@ -71,20 +82,17 @@ class _Records:
 
     def __call__(self, name: str, kind: str, layer: int | None, inputs: list, outputs: list, dtype: torch.dtype,
                  wall_ms: float | None) -> OpRecord:
-        return OpRecord(name, kind, layer, self._shapes(inputs), self._shapes(outputs),
+        lists = self._lists
+        inputs, outputs = tuple(inputs), tuple(outputs)
+        input_lists = lists.get(inputs) or lists.setdefault(inputs, [list(shape) for shape in inputs])
+        output_lists = lists.get(outputs) or lists.setdefault(outputs, [list(shape) for shape in outputs])
+        return OpRecord(name, kind, layer, input_lists, output_lists,
                         _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."), wall_ms)
 
     def event(self, name: str, kind: str, layer: int | None, event: Event, outputs: list | None = None) -> OpRecord:
         """The record of a stop timed directly (its event's shapes, dtype and time)."""
         return self(name, kind, layer, event.inputs, event.outputs if outputs is None else outputs, event.dtype,
                     event.seconds * 1e3)
-
-    def _shapes(self, shapes: list) -> list[list[int]]:
-        key = tuple(shapes)
-        lists = self._lists.get(key)
-        if lists is None:
-            lists = self._lists[key] = [list(shape) for shape in shapes]
-        return lists
 
 
 class _LayerEvents:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
 from explorer.analysis.memory import block_rows
 from explorer.analysis.pooling import key_block_mass, key_blocks
@@ -60,7 +59,9 @@ def grouped_scores(query: torch.Tensor, key: torch.Tensor, scaling: float, softc
     batch, h_q, q_len, head_dim = query.shape
     h_kv, n = key.shape[1], key.shape[2]
     group = h_q // h_kv
-    scores = torch.matmul(query.reshape(batch, h_kv, group * q_len, head_dim), key.transpose(2, 3))
+    # the bmm torch.matmul would reduce these 4-D operands to, called directly (fewer ops a layer)
+    queries = query.reshape(batch * h_kv, group * q_len, head_dim)
+    scores = torch.bmm(queries, key.reshape(batch * h_kv, n, head_dim).transpose(1, 2))
     scores = scores.view(batch, h_kv, group, q_len, n)
     scores.mul_(scaling)  # in place where eager makes a new tensor (same values)
     if softcap is not None:
@@ -85,25 +86,27 @@ def block_mask(mask: torch.Tensor | None, first: int, last: int, q_len: int, n: 
     Returns:
         [B or 1, 1, last - first, n] in `dtype`, or None where no key of the block is masked.
     """
+    if mask is None and last >= q_len and first == q_len - 1:  # the last query sees every key
+        return None
     minimum = torch.finfo(dtype).min
     if mask is not None:
         return torch.where(mask[:, :, first:last, :n], torch.zeros((), dtype=dtype, device=mask.device), minimum)
-    if last >= q_len and first == q_len - 1:  # the last query sees every key
-        return None
     causal = torch.full((last - first, n), minimum, dtype=dtype, device=device)
     return causal.triu_(n - q_len + first + 1)[None, None]
 
 
 def softmax(scores: torch.Tensor) -> torch.Tensor:
     """Row-wise softmax in float32, cast back to the scores' dtype, as eager attention does."""
-    return nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    probs = scores.softmax(-1, dtype=torch.float32)
+    return probs if probs.dtype == scores.dtype else probs.to(scores.dtype)
 
 
 def grouped_weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """P·V from grouped probabilities [B, h_kv, g, T, n] and values [B, h_kv, n, d_h]: [B, h_q, T, d_h]."""
     batch, h_kv, group, q_len, n = probs.shape
-    output = torch.matmul(probs.reshape(batch, h_kv, group * q_len, n), value)
-    return output.view(batch, h_kv * group, q_len, value.shape[-1])
+    head_dim = value.shape[-1]
+    output = torch.bmm(probs.reshape(batch * h_kv, group * q_len, n), value.reshape(batch * h_kv, n, head_dim))
+    return output.view(batch, h_kv * group, q_len, head_dim)
 
 
 def merge_heads(output: torch.Tensor, merged: torch.Tensor | None, block: slice) -> torch.Tensor:
@@ -118,8 +121,8 @@ def merge_heads(output: torch.Tensor, merged: torch.Tensor | None, block: slice)
 
 def in_head_order(probs: torch.Tensor) -> torch.Tensor:
     """Batch row 0 of grouped probabilities [B, h_kv, g, T, n] as [h_q, T, n] (a view)."""
-    _, h_kv, group, q_len, n = probs.shape
-    return probs[0].view(h_kv * group, q_len, n)
+    batch, h_kv, group, q_len, n = probs.shape
+    return (probs if batch == 1 else probs[0]).view(h_kv * group, q_len, n)
 
 
 def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.Tensor | None = None,

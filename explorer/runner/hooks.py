@@ -143,34 +143,38 @@ class StepRecorder:
         """Store a stop run in query blocks, `spans` its blocks' (start, end) readings."""
         self.events[key] = Event(spans[0][0], spans[-1][1], inputs, outputs, dtype, spans if len(spans) > 1 else ())
 
-    def attention_inputs_of(self, layer: int, shape: Shape, inputs: AttentionInputs, device: torch.device) -> bool:
+    def attention_inputs_of(self, layer: int, shape: Shape, inputs: AttentionInputs, on_meta: bool) -> bool:
         """Before a layer's attention: keep its queries (`inputs`, to recompute the probabilities from);
         returns whether `keep_attention` allows its probabilities to be kept too (never on `meta`)."""
         self.attention_shapes[layer] = shape
-        if device.type == "meta":
+        if on_meta:
             return False
         self.attention_inputs[layer] = inputs
         return self.keep_attention(layer, shape, inputs.query.nbytes)
 
     def attention_block(self, layer: int, first: int, probs: torch.Tensor, keep: bool) -> None:
         """A block of a layer's probabilities [h_q, rows, n] in head order, from query row `first`: its
-        sums over the queries of the weight on the first key go into `first_key_sums` (float64), and,
-        where `keep`, its rows into the layer's float32 [h_q, q_len, n] matrix (on the model's device: a
-        copy to the host here would wait for the GPU). A one-block layer's probabilities are kept as
-        they are (a copy only to float32), its sums are the block's; a long prefill's blocks add into
-        the first block's tensors in place, so they leave no small tensor each (kept in a list, they
+        sums over the queries of the weight on the first key go into `first_key_sums` (float64; a
+        decode step's one row is its own sum, float32 values that float64 holds exactly), and, where
+        `keep`, its rows into the layer's float32 [h_q, q_len, n] matrix (on the model's device: a copy
+        to the host here would wait for the GPU). A one-block layer's probabilities are kept as they
+        are (copied only to float32, or out of a batch's tensor); a long prefill's blocks add into the
+        first block's tensors in place, so they leave no small tensor each (kept in a list, they
         scattered long-lived allocations among the blocks' and a 2,048-token prefill's peak RSS rose
         from 1.2 GB to 4-5 GB in four of six runs)."""
-        sums = probs[..., 0].sum(dim=-1, dtype=torch.float64)
-        if first == 0:
-            self._pending_sums[layer] = sums
+        h_q, q_len, n = self.attention_shapes[layer]
+        first_key = probs.select(2, 0)  # [h_q, rows]
+        if q_len == 1:
+            self._pending_sums[layer] = first_key.select(1, 0)
+        elif first == 0:
+            self._pending_sums[layer] = first_key.sum(-1, dtype=torch.float64)
         else:
-            self._pending_sums[layer] += sums
+            self._pending_sums[layer] += first_key.sum(-1, dtype=torch.float64)
         if not keep:
             return
-        h_q, q_len, n = self.attention_shapes[layer]
         if probs.shape[1] == q_len:
-            self._pending_attention[layer] = probs.to(torch.float32)
+            alone = probs.untyped_storage().nbytes() == probs.nbytes  # not batch row 0 of a larger tensor
+            self._pending_attention[layer] = probs.to(torch.float32, copy=not alone)
             return
         if first == 0:
             self._pending_attention[layer] = probs.new_empty((h_q, q_len, n), dtype=torch.float32)
@@ -223,15 +227,15 @@ def explorer_attention(
     expanded = torch.Size([batch, h_q, n, head_dim])  # a broadcast (explorer.runner.gqa): no tensor of its own
     rec.record_shapes(stop_name(layer, "attn.gqa_expand"), start, [key.shape, value.shape], [expanded] * 2, key.dtype)
     keep = rec.attention_inputs_of(layer, [h_q, q_len, n], AttentionInputs(query[0].detach(), scaling, softcap),
-                                   query.device)
-    rows = rec.block_rows or block_rows(h_q, q_len, n, query.element_size())
+                                   query.is_meta)
+    rows = min(q_len, rec.block_rows or block_rows(h_q, q_len, n, query.element_size()))
     merged = query.new_empty(batch, q_len, h_q, head_dim) if rows < q_len else None  # one block: its own
     spans: list[list[tuple[float, float]]] = [[], [], [], []]
     for first in range(0, q_len, rows):
         block = slice(first, min(first + rows, q_len))
         start = clock()
         mask = block_mask(attention_mask, block.start, block.stop, q_len, n, query.dtype, query.device)
-        scores = grouped_scores(query[:, :, block], key, scaling, softcap, mask)
+        scores = grouped_scores(query if merged is None else query[:, :, block], key, scaling, softcap, mask)
         after_scores = clock()
         probs = softmax(scores)
         after_softmax = clock()
@@ -328,10 +332,14 @@ def _timed_forward(forward: Callable, module: nn.Module, key: str) -> Callable:
 
     def timed_forward(*args, **kwargs):
         recorder = _ACTIVE.get()
-        inputs = [arg.shape for arg in args if isinstance(arg, torch.Tensor)]
-        start = recorder.clock()
+        clock = recorder.clock
+        start = clock()
         output = forward(*args, **kwargs)
-        end = recorder.clock()
+        end = clock()
+        inputs = [arg.shape for arg in args if isinstance(arg, torch.Tensor)]
+        if isinstance(output, torch.Tensor):  # most stops: one tensor out
+            recorder.events[key] = Event(start, end, inputs, [output.shape], output.dtype)
+            return output
         tensors = [t for t in (output if isinstance(output, tuple) else (output,)) if isinstance(t, torch.Tensor)]
         dtype = tensors[0].dtype if tensors else None
         recorder.events[key] = Event(start, end, inputs, [t.shape for t in tensors], dtype)

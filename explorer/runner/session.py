@@ -22,7 +22,7 @@ from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.run import PromptInputs, Run
 from explorer.runner.architectures import model_features, moe_layers
-from explorer.runner.assemble import assemble_ops
+from explorer.runner.assemble import Plan, assemble_ops, stop_plan
 from explorer.runner.attention_store import LiveAttention
 from explorer.runner.batch import MAX_PROMPTS, Batch, pad_id
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
@@ -88,7 +88,7 @@ class InferenceSession:
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
         self.moe_layers = moe_layers(loaded.model)
-        self._stop_tables: dict[tuple[str, int], list[tuple[str, str, int | None]]] = {}  # `_stop_table`
+        self._stop_plans: dict[tuple[str, int], Plan] = {}  # `_stop_plan`
         self.lens_budget_bytes = lens_budget_bytes
         self.lens: LiveLens | None = None  # the run's lens source, one per run (`_new_run`)
         self.run = self._new_run()
@@ -489,7 +489,7 @@ class InferenceSession:
         trace = StepTrace(
             stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
             context_length=context_length,
-            ops=assemble_ops(self._stop_table(stage, len(kv)), recorder.events, self.features, extra),
+            ops=assemble_ops(self._stop_plan(stage, len(kv)), recorder.events, self.features, extra),
             kv=kv, attention=[AttentionRecord(i, shape, recorder.first_key_sums.get(i))
                               for i, shape in sorted(recorder.attention_shapes.items())],
             logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
@@ -506,12 +506,12 @@ class InferenceSession:
         self.run.append(trace, self._named_pieces(trace), self._text())
         return trace
 
-    def _stop_table(self, stage: str, n_layers: int) -> list[tuple[str, str, int | None]]:
-        """The stops of a step (`explorer.stops.stop_table`), built once per stage."""
+    def _stop_plan(self, stage: str, n_layers: int) -> Plan:
+        """The stops of a step (`explorer.stops.stop_table`) as `assemble_ops` reads them, built once per stage."""
         key = (stage, n_layers)
-        if key not in self._stop_tables:
-            self._stop_tables[key] = stop_table(self.features, n_layers, stage, self.moe_layers)
-        return self._stop_tables[key]
+        if key not in self._stop_plans:
+            self._stop_plans[key] = stop_plan(stop_table(self.features, n_layers, stage, self.moe_layers))
+        return self._stop_plans[key]
 
     def _kv_snapshots(self) -> list[KVSnapshot]:
         return [
