@@ -78,21 +78,29 @@ class _Records:
     lists instead of ~2,900, which the garbage collector would otherwise scan again and again."""
 
     def __init__(self) -> None:
+        # (input shapes, output shapes, dtype) -> (input lists, output lists, dtype name)
+        self._fields: dict[tuple, tuple[list[list[int]], list[list[int]], str]] = {}
         self._lists: dict[tuple[torch.Size, ...], list[list[int]]] = {}
 
     def __call__(self, name: str, kind: str, layer: int | None, inputs: list, outputs: list, dtype: torch.dtype,
                  wall_ms: float | None) -> OpRecord:
-        lists = self._lists
-        inputs, outputs = tuple(inputs), tuple(outputs)
-        input_lists = lists.get(inputs) or lists.setdefault(inputs, [list(shape) for shape in inputs])
-        output_lists = lists.get(outputs) or lists.setdefault(outputs, [list(shape) for shape in outputs])
-        return OpRecord(name, kind, layer, input_lists, output_lists,
-                        _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."), wall_ms)
+        key = (tuple(inputs), tuple(outputs), dtype)
+        fields = self._fields.get(key)
+        if fields is None:
+            fields = self._fields[key] = (self._shared(key[0]), self._shared(key[1]),
+                                          _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."))
+        return OpRecord(name, kind, layer, fields[0], fields[1], fields[2], wall_ms)
 
     def event(self, name: str, kind: str, layer: int | None, event: Event, outputs: list | None = None) -> OpRecord:
         """The record of a stop timed directly (its event's shapes, dtype and time)."""
         return self(name, kind, layer, event.inputs, event.outputs if outputs is None else outputs, event.dtype,
                     event.seconds * 1e3)
+
+    def _shared(self, shapes: tuple[torch.Size, ...]) -> list[list[int]]:
+        lists = self._lists.get(shapes)
+        if lists is None:
+            lists = self._lists[shapes] = [list(shape) for shape in shapes]
+        return lists
 
 
 class _LayerEvents:

@@ -9,7 +9,6 @@ is registered under its own name and switched on only for the duration of a trac
 from __future__ import annotations
 
 import time
-import types
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -316,7 +315,7 @@ def _timed_forwards(model: nn.Module) -> list[tuple[nn.Module, str, Callable]]:
     timed = _TIMED_FORWARDS.get(model)
     if timed is None:
         timed = _TIMED_FORWARDS[model] = [
-            (module, key, _timed_forward(types.MethodType(type(module).forward, module), module, key))
+            (module, key, _timed_forward(type(module).forward.__get__(module), module, key))
             for module, key in stop_module_names(model).items()
         ]
     return timed
@@ -330,17 +329,19 @@ def _timed_forward(forward: Callable, module: nn.Module, key: str) -> Callable:
     top-k weights and the expert ids: those two are kept, off `meta`, in the recorder's `routing`)."""
     router_layer = parse_stop_name(key)[0] if key.endswith(".mlp.router") else None
 
+    tensor = torch.Tensor
+
     def timed_forward(*args, **kwargs):
         recorder = _ACTIVE.get()
         clock = recorder.clock
         start = clock()
         output = forward(*args, **kwargs)
         end = clock()
-        inputs = [arg.shape for arg in args if isinstance(arg, torch.Tensor)]
-        if isinstance(output, torch.Tensor):  # most stops: one tensor out
-            recorder.events[key] = Event(start, end, inputs, [output.shape], output.dtype)
+        if len(args) == 1 and isinstance(output, tensor) and isinstance(args[0], tensor):  # most stops: one in, one out
+            recorder.events[key] = Event(start, end, (args[0].shape,), (output.shape,), output.dtype)
             return output
-        tensors = [t for t in (output if isinstance(output, tuple) else (output,)) if isinstance(t, torch.Tensor)]
+        inputs = [arg.shape for arg in args if isinstance(arg, tensor)]
+        tensors = [t for t in (output if isinstance(output, tuple) else (output,)) if isinstance(t, tensor)]
         dtype = tensors[0].dtype if tensors else None
         recorder.events[key] = Event(start, end, inputs, [t.shape for t in tensors], dtype)
         if router_layer is not None and not tensors[0].is_meta:
