@@ -106,3 +106,36 @@ def test_each_layers_first_key_sums_are_the_column_sums_of_its_probabilities(fam
     for layer, probs in recorder.attention.items():
         np.testing.assert_allclose(recorder.first_key_sums[layer], probs[..., 0].sum(axis=1, dtype=np.float64),
                                    rtol=1e-12, err_msg=f"{family} layer {layer}")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_EXTRAS))
+def test_a_decode_steps_first_key_sums_are_its_one_rows_column(family):
+    """A decode step's sums (its one query row: the row's own values) equal its kept matrix's column 0."""
+    model = tiny_model(family).model
+    ids = torch.randint(2, VOCAB, (1, PROMPT_TOKENS + 1), generator=torch.Generator().manual_seed(7))
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(input_ids=ids[:, :-1], cache=cache, use_cache=True)
+    recorder = StepRecorder()
+    with torch.inference_mode(), tracing(model, cache, recorder):
+        model(input_ids=ids[:, -1:], cache=cache, use_cache=True)
+    recorder.finish()
+    for layer, probs in recorder.attention.items():
+        assert probs.shape[1] == 1
+        np.testing.assert_array_equal(recorder.first_key_sums[layer], probs[:, 0, 0].astype(np.float64))
+
+
+def test_a_batchs_kept_matrix_is_row_0_copied_out_of_the_batch():
+    """Batch row 0's probabilities are kept as a copy, so they do not hold the whole batch's tensor;
+    a lone sequence's are kept as computed."""
+    from explorer.runner.gqa import AttentionInputs
+
+    recorder = StepRecorder()
+    batch, lone = torch.rand(2, 3, 4, 5), torch.rand(3, 4, 5)  # [B, h_q, T, n], [h_q, T, n]
+    for layer, probs in enumerate((batch[0], lone)):
+        recorder.attention_inputs_of(layer, [3, 4, 5], AttentionInputs(torch.zeros(3, 4, 2), 0.5, None), False)
+        recorder.attention_block(layer, 0, probs, keep=True)
+    recorder.finish()
+    np.testing.assert_array_equal(recorder.attention[0], batch[0].numpy())
+    assert not np.shares_memory(recorder.attention[0], batch.numpy())
+    assert np.shares_memory(recorder.attention[1], lone.numpy())
