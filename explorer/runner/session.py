@@ -335,10 +335,14 @@ class InferenceSession:
         if self.loaded.shape_only:
             raise SessionStateError("Shape-only mode computes no attention values.")
         held = self._cache.layers[layer] if self._cache is not None else None
-        if held is not None and held.keys.shape[-2] == self.run.latest.context_length:
+        keys = held.keys if held is not None else None
+        # a sliding-window layer counts the positions it has seen; any other layer holds them all, also
+        # while a step is in flight (it may hold that step's keys too: only the first n are read)
+        seen = getattr(held, "cumulative_length", None)
+        if keys is not None and keys.shape[-2] >= trace.context_length and (seen is None or keys.shape[-2] == seen):
             inputs = self.attention.store.inputs[step_index][layer]
             padding = self._batch.mask[0, :trace.context_length] if self._batch is not None else None
-            return recompute_probs(inputs, held.keys[:1, :, :trace.context_length], padding, rows, key_factor)
+            return recompute_probs(inputs, keys[:1, :, :trace.context_length], padding, rows, key_factor)
         return matrix_part(self._rerun_attention(trace, layer), rows, key_factor)
 
     def _rerun_attention(self, trace: StepTrace, layer: int) -> np.ndarray:

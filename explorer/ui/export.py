@@ -35,6 +35,7 @@ from explorer.trace import dumps
 EXPORT_FOLDER_NAME = "explorer-exports"  # inside Gradio's cache folder
 SAMPLE_ARRAYS = 64  # arrays whose values are sampled to estimate the text length of a value
 SAMPLE_VALUES = 64  # values sampled per array
+SAMPLE_ROWS = 16  # query rows recomputed to sample a matrix the session does not keep
 ZERO_BYTES, NULL_BYTES = len("0.0,"), len("null,")  # an exact 0 (attention above the diagonal), a -inf
 LEFTOVER_S = 3600  # an upload's temporary file or an export untouched this long is no longer in use
 
@@ -210,7 +211,9 @@ def _attention_text_bytes(visit) -> float:
     """Estimated JSON text of the attention matrices the visit's export writes, bytes: every matrix its
     source gives (`AttentionSource.has`), counted from the records' shapes (the q_len (q_len - 1) / 2
     zeros per head above the causal diagonal exactly), the other values at the mean text length of a
-    sample of the newest matrices the source keeps (where it keeps none, of the newest one alone)."""
+    sample of the newest matrices the source keeps; where it keeps none (a long prompt's session), of
+    `SAMPLE_ROWS` evenly spaced query rows of the newest one, recomputed row by row: its whole matrix
+    would be [h_q, T, T] (2.4 GB and about a minute at 8,180 tokens on the embedded model)."""
     source = visit.attention
     records = [(step.step_index, record) for step in visit.run.steps for record in step.attention
                if source.has(step.step_index, record.layer)]
@@ -218,9 +221,15 @@ def _attention_text_bytes(visit) -> float:
         return 0.0
     values = sum(math.prod(record.shape) for _, record in records)
     zeros = sum(heads * rows * (rows - 1) // 2 for heads, rows, _ in (record.shape for _, record in records))
-    kept = [(index, record) for index, record in records if source.kept(index, record.layer)] or records[-1:]
-    newest = [source.probs(index, record.layer) for index, record in kept[-SAMPLE_ARRAYS:]]
-    return zeros * ZERO_BYTES + (values - zeros) * _mean_text_bytes(newest, blank=0)
+    kept = [(index, record) for index, record in records if source.kept(index, record.layer)]
+    if kept:
+        sample = [source.probs(index, record.layer) for index, record in kept[-SAMPLE_ARRAYS:]]
+    else:
+        index, record = records[-1]
+        q_len = record.shape[1]
+        rows = np.unique(np.linspace(0, q_len - 1, min(q_len, SAMPLE_ROWS)).astype(np.int64)).tolist()
+        sample = [source.probs(index, record.layer, rows=(row, row + 1)) for row in rows]
+    return zeros * ZERO_BYTES + (values - zeros) * _mean_text_bytes(sample, blank=0)
 
 
 def _mean_text_bytes(arrays: list[np.ndarray], blank: float) -> float:

@@ -10,6 +10,7 @@ import pytest
 import torch
 from tiny_models import DIMS, QWEN3_CHAT_TEMPLATE, tiny_model
 from transformers import AutoModelForCausalLM, DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from explorer.analysis.shapes import predict_shapes
 from explorer.analysis.spec import ModelSpec
@@ -174,6 +175,23 @@ def test_recomputed_attention_equals_the_kept_one_bit_for_bit(steps, loaded):
                 np.testing.assert_array_equal(recomputed, kept)
             else:  # a sliding-window layer without its early keys reruns the context: other GEMM shapes
                 np.testing.assert_allclose(recomputed, kept, rtol=0, atol=1e-6)
+
+
+def test_a_recompute_while_a_step_is_in_flight_reads_the_cache_not_a_rerun(steps, loaded, monkeypatch):
+    """Attention recomputed while a decode step has written its keys but not yet its trace (the export
+    button's size estimate runs beside a Next token) comes from the queries and the cached keys, equal to
+    the kept matrix bit for bit; it does not rerun the whole context (minutes at 8,000 tokens)."""
+    session, _ = steps
+    lean = InferenceSession(loaded, SamplingSettings(max_new_tokens=10), attention_budget_bytes=0)
+    lean.prefill(PROMPT)
+    with torch.inference_mode():  # the step in flight: its keys in the cache, its trace not yet in the run
+        loaded.model(torch.tensor([[lean.ids[-1]]]), cache=lean._cache, use_cache=True)
+    monkeypatch.setattr(lean, "_rerun_attention", lambda trace, layer: pytest.fail("reran the context"))
+    full = [i for i, layer in enumerate(lean._cache.layers) if type(layer) is DynamicLayer]  # not a sliding window
+    if not full:
+        pytest.skip("every layer of this tiny model is a sliding window shorter than the prompt: it reruns")
+    for layer in full:
+        np.testing.assert_array_equal(lean.attention.probs(0, layer), session.attention.probs(0, layer))
 
 
 def test_kept_attention_stays_within_the_session_budget_oldest_first(loaded):

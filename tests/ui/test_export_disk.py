@@ -160,6 +160,24 @@ def test_the_size_is_said_before_the_file_is_written(model, folders, monkeypatch
     assert handlers.on_export_label(None)["value"] == "Export run (JSON)"
 
 
+def test_a_session_keeping_no_matrix_sizes_its_export_from_a_few_recomputed_rows(model, folders, monkeypatch):
+    """A long prompt's session keeps no attention matrix: the export's size is estimated from a few
+    query rows of the newest matrix, recomputed one at a time (never the whole [h_q, T, T] matrix,
+    about a minute at 8,180 tokens), and is still within 10% of the file written."""
+    served = Served.create(ModelRegistry(model), LOCAL)
+    visit = run(served, steps=0)
+    source, asked = visit.attention, []
+    probs = source.probs
+    monkeypatch.setattr(source, "kept", lambda step, layer: False)
+    monkeypatch.setattr(source, "probs", lambda step, layer, rows=None, key_factor=1:
+                        asked.append(rows) or probs(step, layer, rows, key_factor))
+    estimated_bytes = export.plan_export(visit).estimated_bytes
+    assert len(asked) > 1 and all(rows is not None and rows[1] - rows[0] == 1 for rows in asked)
+    monkeypatch.setattr(gr, "Info", lambda message, **kwargs: None)
+    size_bytes = Path(handlers.on_export_click(visit)).stat().st_size
+    assert abs(estimated_bytes / size_bytes - 1) < 0.1
+
+
 def test_a_hosted_export_leaves_attention_out_over_its_cap_and_says_so(model, folders, monkeypatch):
     served = Served.create(ModelRegistry(model), HOSTED)
     probe_visit = run(served)
