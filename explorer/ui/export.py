@@ -213,7 +213,7 @@ def _attention_text_bytes(visit) -> float:
     zeros per head above the causal diagonal exactly), the other values at the mean text length of a
     sample of the newest matrices the source keeps; where it keeps none (a long prompt's session), of
     `SAMPLE_ROWS` evenly spaced query rows of the newest one, recomputed row by row: its whole matrix
-    would be [h_q, T, T] (2.4 GB and about a minute at 8,180 tokens on the embedded model)."""
+    would be [h_q, T, T] (2.4 GB and over 25 s of CPU at 8,180 tokens on the embedded model here)."""
     source = visit.attention
     records = [(step.step_index, record) for step in visit.run.steps for record in step.attention
                if source.has(step.step_index, record.layer)]

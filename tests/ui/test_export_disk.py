@@ -163,7 +163,7 @@ def test_the_size_is_said_before_the_file_is_written(model, folders, monkeypatch
 def test_a_session_keeping_no_matrix_sizes_its_export_from_a_few_recomputed_rows(model, folders, monkeypatch):
     """A long prompt's session keeps no attention matrix: the export's size is estimated from a few
     query rows of the newest matrix, recomputed one at a time (never the whole [h_q, T, T] matrix,
-    about a minute at 8,180 tokens), and is still within 10% of the file written."""
+    over 25 s at 8,180 tokens), and is still within 10% of the file written."""
     served = Served.create(ModelRegistry(model), LOCAL)
     visit = run(served, steps=0)
     source, asked = visit.attention, []
