@@ -97,8 +97,7 @@ def block_mask(mask: torch.Tensor | None, first: int, last: int, q_len: int, n: 
 
 def softmax(scores: torch.Tensor) -> torch.Tensor:
     """Row-wise softmax in float32, cast back to the scores' dtype, as eager attention does."""
-    probs = scores.softmax(-1, dtype=torch.float32)
-    return probs if probs.dtype == scores.dtype else probs.to(scores.dtype)
+    return scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
 
 
 def grouped_weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:

@@ -336,10 +336,9 @@ class InferenceSession:
             raise SessionStateError("Shape-only mode computes no attention values.")
         held = self._cache.layers[layer] if self._cache is not None else None
         keys = held.keys if held is not None else None
-        # a sliding-window layer counts the positions it has seen; any other layer holds them all, also
-        # while a step is in flight (it may hold that step's keys too: only the first n are read)
-        seen = getattr(held, "cumulative_length", None)
-        if keys is not None and keys.shape[-2] >= trace.context_length and (seen is None or keys.shape[-2] == seen):
+        # every position the layer has seen is held (a full sliding window holds only its last ones); a
+        # step in flight may have added its own keys: only the first n are read
+        if keys is not None and keys.shape[-2] == held.get_seq_length() >= trace.context_length:
             inputs = self.attention.store.inputs[step_index][layer]
             padding = self._batch.mask[0, :trace.context_length] if self._batch is not None else None
             return recompute_probs(inputs, keys[:1, :, :trace.context_length], padding, rows, key_factor)
