@@ -10,9 +10,10 @@ Tensors in the grouped layout are [B, h_kv, g, T, ...], which is head order: a v
 
 The instrumented attention (`explorer.runner.hooks`) runs these on a block of query rows at a time
 (`explorer.analysis.memory.block_rows`), so a layer's transient memory is bounded by the block, not
-by T x n. Each row's scores, softmax and weighted sum depend on that row alone, but the products are
-GEMMs of other shapes than eager's, and a BLAS kernel may reduce a dot product in another order for
-another shape; so the probabilities and logits equal eager attention's within float32 rounding, not
+by T x n, and under a plain causal mask a block reads only the keys its rows can see (`keys_read`).
+Each row's scores, softmax and weighted sum depend on that row alone, but the products are GEMMs of
+other shapes than eager's, a BLAS kernel may reduce a dot product in another order for another shape,
+and a row's softmax sums no exact zeros for the keys after it; so the probabilities and logits equal eager attention's within float32 rounding, not
 bit for bit: asserted to 1e-6 (tests/integration/test_query_blocks.py: blocks of 1, 7 and T rows on
 every family's tiny model, the measured bound in its docstring; tests/integration/test_faithfulness.py:
 the embedded model's logits, of about 25, to 5e-5).
@@ -95,6 +96,24 @@ def block_mask(mask: torch.Tensor | None, first: int, last: int, q_len: int, n: 
     return causal.triu_(n - q_len + first + 1)[None, None]
 
 
+def keys_read(causal_only: bool, last: int, q_len: int, n: int) -> int:
+    """How many of the n keys a block of query rows, ending before row `last` of q_len, reads.
+
+    Under a plain causal mask (`causal_only`: transformers built none, as for one unpadded prompt) the
+    block's last row, at position n - q_len + last - 1, sees the keys up to its own; every later key's
+    probability is exactly 0 (the exponential of the dtype's minimum) and adds nothing to P·V, so the
+    block reads only the first n - q_len + last keys (about half of a long prefill's work). Under any
+    other mask (padding, a sliding window) it reads all n. Either way the values equal eager's, which
+    sums those zeros too, within float32 rounding (`explorer.runner.gqa`).
+    """
+    return n - q_len + last if causal_only else n
+
+
+def first_keys(states: torch.Tensor, count: int) -> torch.Tensor:
+    """Keys or values [B, h_kv, n, d_h] cut to their first `count` positions (`keys_read`); a view."""
+    return states if count == states.shape[2] else states[:, :, :count]
+
+
 def softmax(scores: torch.Tensor) -> torch.Tensor:
     """Row-wise softmax in float32, cast back to the scores' dtype, as eager attention does."""
     return scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
@@ -132,15 +151,15 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.
     and the blocks are the step's (`block_rows` of the same shape, the same blocks even for a few
     rows), so the probabilities are the ones the step computed, bit for bit. Only for keys every query
     could see when it ran (no sliding window cut them). Computed a block of query rows at a time
-    (`block_rows`): the transient memory is a block's, beside the result. Key-block masses (a pooled
-    view) skip the keys after a block's last row, whose probability is exactly 0 under the causal mask
-    (half the work of a long prefill's matrix): their softmax sums fewer zeros, so they equal the
-    step's sums within float32 rounding, not bit for bit.
+    (`block_rows`): the transient memory is a block's, beside the result. A block reads the keys the
+    step's block read (`keys_read`): under the causal mask, not those after its last row, whose
+    probabilities are exactly 0 (half the work of a long prefill's matrix).
 
     Args:
         inputs: the step's queries [h_q, T, d_h] (the last T of the n positions) and scaling.
         keys: [1, h_kv, n, d_h], the cache's keys of positions 0..n-1.
-        padding: [n] attention mask of a left-padded sequence (0 at padding, masked as eager masks it), or None.
+        padding: [n] attention mask of a sequence of a padded batch (0 at padding, masked as eager masks
+            it), or None where the step had no padding (transformers then built no mask).
         rows: the query rows (first, last + 1) to compute; None: all T.
         key_factor: > 1: each row's mass on blocks of that many keys (`explorer.analysis.pooling.key_block_mass`),
             reduced block by block, so that a long prefill's [h_q, T, n] matrix is never held whole.
@@ -153,7 +172,6 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.
     first_row, last_row = rows if rows is not None else (0, q_len)
     result = np.zeros((h_q, last_row - first_row, key_blocks(n, key_factor)), np.float32)
     block = block_rows(h_q, q_len, n, query.element_size())
-    causal_only = key_factor > 1 and padding is None  # pooled: a block's keys after its last row weigh exactly 0
     with torch.inference_mode():
         starts = range(first_row - first_row % block, last_row, block) if first_row < last_row else ()  # the step's blocks
         for first in starts:
@@ -163,9 +181,9 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.
                 padded = (padding.to(query.device) == 0)[None, None, None, :n]
                 mask = torch.zeros_like(padded, dtype=query.dtype) if mask is None else mask
                 mask = mask.masked_fill(padded, torch.finfo(query.dtype).min)
-            seen = n - q_len + last if causal_only else n
-            scores = grouped_scores(query[:, :, first:last], keys[:, :, :seen], inputs.scaling, inputs.softcap,
-                                    None if mask is None else mask[..., :seen])
+            seen = keys_read(padding is None, last, q_len, n)  # the keys the step's block read
+            scores = grouped_scores(query[:, :, first:last], first_keys(keys, seen), inputs.scaling, inputs.softcap,
+                                    mask)
             probs = in_head_order(softmax(scores)).to(torch.float32).cpu().numpy()
             wanted_first, wanted_last = max(first, first_row), min(last, last_row)
             part = probs[:, wanted_first - first:wanted_last - first]

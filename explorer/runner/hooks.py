@@ -26,9 +26,11 @@ from explorer.runner.architectures import moe_layers, stop_module_names
 from explorer.runner.gqa import (
     AttentionInputs,
     block_mask,
+    first_keys,
     grouped_scores,
     grouped_weighted_sum,
     in_head_order,
+    keys_read,
     merge_heads,
     softmax,
 )
@@ -152,7 +154,8 @@ class StepRecorder:
         return self.keep_attention(layer, shape, inputs.query.nbytes)
 
     def attention_block(self, layer: int, first: int, probs: torch.Tensor, keep: bool) -> None:
-        """A block of a layer's probabilities [h_q, rows, n] in head order, from query row `first`: its
+        """A block of a layer's probabilities [h_q, rows, <= n] in head order (the keys the block read,
+        `explorer.runner.gqa.keys_read`), from query row `first`: its
         sums over the queries of the weight on the first key go into `first_key_sums` (float64; a
         decode step's one row is its own sum, float32 values that float64 holds exactly), and, where
         `keep`, its rows into the layer's float32 [h_q, q_len, n] matrix (on the model's device: a copy
@@ -175,9 +178,9 @@ class StepRecorder:
             alone = probs.untyped_storage().nbytes() == probs.nbytes  # not batch row 0 of a larger tensor
             self._pending_attention[layer] = probs.to(torch.float32, copy=not alone)
             return
-        if first == 0:
-            self._pending_attention[layer] = probs.new_empty((h_q, q_len, n), dtype=torch.float32)
-        self._pending_attention[layer][:, first:first + probs.shape[1]].copy_(probs)
+        if first == 0:  # zeros where a block read no key (`explorer.runner.gqa.keys_read`)
+            self._pending_attention[layer] = probs.new_zeros((h_q, q_len, n), dtype=torch.float32)
+        self._pending_attention[layer][:, first:first + probs.shape[1], :probs.shape[2]].copy_(probs)
 
     def attention_done(self, layer: int) -> None:
         """After a layer's attention: report progress, and end the pass if this was the layer wanted."""
@@ -203,8 +206,11 @@ def explorer_attention(
 
     The scores, softmax, weighted sum and merge run on `block_rows` query rows at a time (the
     recorder's, else from the memory budget `explorer.analysis.memory.ATTENTION_BLOCK_BYTES`), so a layer's
-    transient memory is a block's, not h_q x T x n; a stop's time is the sum over its blocks. The
-    values equal eager attention's within float32 rounding, 1e-6 (`explorer.runner.gqa`).
+    transient memory is a block's, not h_q x T x n; a stop's time is the sum over its blocks. Under a
+    plain causal mask a block reads only the keys its rows can see (`explorer.runner.gqa.keys_read`:
+    about half of a long prefill's scores), where eager computes every one and masks the rest; the
+    recorded shapes are eager's. The values equal eager attention's within float32 rounding, 1e-6
+    (`explorer.runner.gqa`).
 
     Args:
         query: [B, h_q, T, d_h] after RoPE.
@@ -234,11 +240,13 @@ def explorer_attention(
         block = slice(first, min(first + rows, q_len))
         start = clock()
         mask = block_mask(attention_mask, block.start, block.stop, q_len, n, query.dtype, query.device)
-        scores = grouped_scores(query if merged is None else query[:, :, block], key, scaling, softcap, mask)
+        seen = keys_read(attention_mask is None, block.stop, q_len, n)
+        scores = grouped_scores(query if merged is None else query[:, :, block], first_keys(key, seen), scaling,
+                                softcap, mask)
         after_scores = clock()
         probs = softmax(scores)
         after_softmax = clock()
-        output = grouped_weighted_sum(probs, value)
+        output = grouped_weighted_sum(probs, first_keys(value, seen))
         after_sum = clock()
         merged = merge_heads(output, merged, block)
         after_merge = clock()

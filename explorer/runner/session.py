@@ -340,7 +340,8 @@ class InferenceSession:
         # step in flight may have added its own keys: only the first n are read
         if keys is not None and keys.shape[-2] == held.get_seq_length() >= trace.context_length:
             inputs = self.attention.store.inputs[step_index][layer]
-            padding = self._batch.mask[0, :trace.context_length] if self._batch is not None else None
+            mask = self._batch.mask[:, :trace.context_length] if self._batch is not None else None
+            padding = mask[0] if mask is not None and not bool(mask.all()) else None  # else transformers masked none
             return recompute_probs(inputs, keys[:1, :, :trace.context_length], padding, rows, key_factor)
         return matrix_part(self._rerun_attention(trace, layer), rows, key_factor)
 

@@ -4,9 +4,10 @@ rows against transformers' own eager attention (`output_attentions=True`), on th
 traced family, for a prompt and for a chunk fed after it on the cache (queries at an offset of n - T).
 
 Tolerance: 1e-6 absolute on the probabilities and on the logits, float32 on the CPU. Not bit for bit:
-a GEMM over a group's g query heads, or over fewer rows, may reduce a dot product in another order
-than eager's GEMM per query head over every row; measured here up to 4.5e-7 on the probabilities and
-2.8e-7 on the logits (of magnitude about 1). With one block of T rows the values are eager's bit for
+a GEMM over a group's g query heads, or over fewer rows and keys (a causal block reads only the keys
+its rows see), may reduce a dot product in another order than eager's GEMM per query head over every
+row and key; measured here up to 4.5e-7 on the probabilities and 2.8e-7 on the logits (of magnitude
+about 1), with or without the keys cut. With one block of T rows the values are eager's bit for
 bit on every family but Gemma 3 (1.8e-7), whose scaling is not a power of two. Each block's additive
 mask is eager's, bit for bit, made from SDPA's boolean mask (or none, where transformers skips a
 plain causal one) a block of rows at a time.
@@ -139,3 +140,61 @@ def test_a_batchs_kept_matrix_is_row_0_copied_out_of_the_batch():
     np.testing.assert_array_equal(recorder.attention[0], batch[0].numpy())
     assert not np.shares_memory(recorder.attention[0], batch.numpy())
     assert np.shares_memory(recorder.attention[1], lone.numpy())
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_EXTRAS))
+def test_a_causal_block_reads_the_keys_up_to_its_last_row_and_eager_gives_the_rest_exactly_0(family, monkeypatch):
+    """Under a plain causal mask each block of 7 rows reads keys 0..first + 6 only (`keys_read`), and
+    eager attention gives every later key a probability of exactly 0 and the last row's own key more:
+    the bound is tight. A sliding-window layer shorter than the prompt (transformers builds its mask)
+    reads every key."""
+    from explorer.runner import hooks
+
+    model = tiny_model(family).model
+    ids = torch.randint(2, VOCAB, (1, PROMPT_TOKENS), generator=torch.Generator().manual_seed(8))
+    read: list[tuple[int, int]] = []  # (query rows, keys read) of each block, layer after layer
+    original = hooks.grouped_scores
+
+    def spy(query, key, *args):
+        read.append((query.shape[2], key.shape[2]))
+        return original(query, key, *args)
+
+    monkeypatch.setattr(hooks, "grouped_scores", spy)
+    _, probs = _blocked(model, ids, DynamicCache(config=model.config), 7)
+    _, eager = _eager(model, ids, DynamicCache(config=model.config))
+    blocks = [(first, min(first + 7, PROMPT_TOKENS)) for first in range(0, PROMPT_TOKENS, 7)]
+    layer_types = getattr(model.config, "layer_types", None) or ["full_attention"] * model.config.num_hidden_layers
+    assert len(read) == len(blocks) * len(layer_types)
+    for layer, kind in enumerate(layer_types):
+        for (first, last), (rows, keys) in zip(blocks, read[layer * len(blocks):], strict=False):
+            assert rows == last - first
+            assert keys == (PROMPT_TOKENS if kind == "sliding_attention" else last), f"{family} layer {layer}"
+            assert not eager[layer][:, first:last, last:].any()
+            assert (eager[layer][:, last - 1, last - 1] > 0).all()
+            np.testing.assert_array_equal(probs[layer][:, first:last, keys:], 0)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_EXTRAS))
+def test_a_prefill_in_blocks_is_recomputed_bit_for_bit(family, monkeypatch):
+    """A prefill run in blocks of 5 rows, each reading only the keys its rows see, is recomputed from its
+    queries and the cached keys in the same blocks over the same keys: equal to the kept matrix bit for
+    bit, on every layer whose cache holds every key."""
+    from explorer.config import SamplingSettings
+    from explorer.runner import gqa, hooks
+    from explorer.runner.session import InferenceSession
+
+    for module in (hooks, gqa):
+        monkeypatch.setattr(module, "block_rows", lambda h_q, q_len, n, itemsize: min(q_len, 5))
+    loaded = tiny_model(family)
+    prompt = " ".join(["alpha beta gamma delta"] * 6)
+    kept = InferenceSession(loaded, SamplingSettings(max_new_tokens=2))
+    lean = InferenceSession(loaded, SamplingSettings(max_new_tokens=2), attention_budget_bytes=0)
+    trace = kept.prefill(prompt, use_chat_template=False)
+    lean.prefill(prompt, use_chat_template=False)
+    assert trace.context_length > 10  # three blocks or more
+    full = [layer for layer, held in enumerate(lean._cache.layers) if held.keys.shape[-2] == trace.context_length]
+    if not full:
+        pytest.skip("every layer of this tiny model is a sliding window shorter than the prompt: it reruns")
+    for layer in full:
+        assert kept.attention.store.kept(0, layer) and not lean.attention.store.kept(0, layer)
+        np.testing.assert_array_equal(lean.attention.probs(0, layer), kept.attention.probs(0, layer))
