@@ -31,13 +31,12 @@ from explorer.analysis.spec import ModelSpec
 
 # Transient memory of one attention block (`block_rows`). Eager attention materialises the scores and
 # probabilities of every query row at once: 9 heads x 2,048 x 2,048 x 4 B = 151 MB each on the embedded
-# model at 2,048 tokens, 2.4 GB at 8,192; in blocks a layer's transient stays near this bound. Each of
-# a block's tensors (scores, probabilities) is then at most a quarter of it, under the 1 MB from which a
-# tensor gets pages of its own (`explorer.runner.heap`): the blocks, made over and over, reuse the
-# heap's memory instead of faulting in fresh pages each time (with 32 MB blocks, 8 MB tensors, a
-# 2,048-token prefill took 18-20 s under that policy against 13.6-14.5 s without it; with these,
-# 15.5-15.7 s either way: smaller blocks cost about 15% of a long prefill, one thread, in one session).
-ATTENTION_BLOCK_BYTES = 3 * 2**20
+# model at 2,048 tokens, 2.4 GB at 8,192; in blocks a layer's transient stays near this bound. The
+# blocks write into buffers made once a layer (`explorer.runner.gqa.BlockBuffers`), so their size
+# costs no page faults per block; larger blocks re-read the cached keys and values fewer times: one
+# 8,192-token layer of the embedded model took 4.0 s in 3 MiB blocks (2 rows), 2.1 s in 16 MiB and
+# 1.7 s in 32 MiB (28 rows); a 2,048-token layer 0.11-0.13 s from 4 to 64 MiB (two threads, one session).
+ATTENTION_BLOCK_BYTES = 32 * 2**20
 
 # Attention memory a session keeps, all steps together: the post-RoPE queries of every step and layer
 # (always kept; a matrix is recomputed from them and the cached keys, a 2,048-token prefill layer in

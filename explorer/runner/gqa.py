@@ -21,6 +21,7 @@ the embedded model's logits, of about 25, to 5e-5).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,14 +46,55 @@ class AttentionInputs:
     softcap: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class BlockBuffers:
+    """Flat tensors that every block of a layer writes its scores, probabilities and output into,
+    made once for the layer: a block's tensors of several MB, made afresh, would fault in new pages
+    each time (`explorer.runner.heap`). The same kernels write them (`out=`), so the values are the same.
+
+    Attributes:
+        scores: B x h_q x rows x n elements in the query's dtype.
+        probs: as many float32 elements (the softmax's output).
+        output: B x h_q x rows x d_h elements in the query's dtype.
+        mask: B x rows x n elements in the query's dtype (the block's additive mask, `block_mask`).
+    None in each (`NO_BUFFERS`): each tensor is made afresh, as for a layer's one block.
+    """
+
+    scores: torch.Tensor | None = None
+    probs: torch.Tensor | None = None
+    output: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+    @classmethod
+    def for_blocks(cls, query: torch.Tensor, rows: int, n: int) -> BlockBuffers:
+        """Buffers for blocks of up to `rows` query rows of `query` [B, h_q, T, d_h] over up to `n` keys."""
+        batch, h_q, _, head_dim = query.shape
+        return cls(query.new_empty(batch * h_q * rows * n), query.new_empty(batch * h_q * rows * n, dtype=torch.float32),
+                   query.new_empty(batch * h_q * rows * head_dim), query.new_empty(batch * rows * n))
+
+
+NO_BUFFERS = BlockBuffers()
+
+
+def _into(buffer: torch.Tensor | None, shape: tuple[int, ...]) -> torch.Tensor | None:
+    """The first elements of a flat `buffer` viewed as `shape`, or None (a new tensor) without one."""
+    return None if buffer is None else buffer[:math.prod(shape)].view(shape)
+
+
+def _blank(buffer: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """`shape` in the flat `buffer` (`_into`), or a new tensor without one; its values unset."""
+    return torch.empty(shape, dtype=dtype, device=device) if buffer is None else _into(buffer, shape)
+
+
 def grouped_scores(query: torch.Tensor, key: torch.Tensor, scaling: float, softcap: float | None,
-                   attention_mask: torch.Tensor | None) -> torch.Tensor:
+                   attention_mask: torch.Tensor | None, out: torch.Tensor | None = None) -> torch.Tensor:
     """Q·Kᵀ · scaling (soft-capped), plus the additive mask, as eager attention computes them.
 
     Args:
         query: [B, h_q, T, d_h] after RoPE.
         key: [B, h_kv, n, d_h].
         attention_mask: additive float mask [B, 1, T, >= n] (0 or the dtype's minimum), or None.
+        out: a flat buffer to write the scores into (`BlockBuffers.scores`), or None.
 
     Returns:
         [B, h_kv, g, T, n] in the query's dtype (a view of it as [B, h_q, T, n] is head order).
@@ -62,7 +104,8 @@ def grouped_scores(query: torch.Tensor, key: torch.Tensor, scaling: float, softc
     group = h_q // h_kv
     # the bmm torch.matmul would reduce these 4-D operands to, called directly (fewer ops a layer)
     queries = query.reshape(batch * h_kv, group * q_len, head_dim)
-    scores = torch.bmm(queries, key.reshape(batch * h_kv, n, head_dim).transpose(1, 2))
+    scores = torch.bmm(queries, key.reshape(batch * h_kv, n, head_dim).transpose(1, 2),
+                       out=_into(out, (batch * h_kv, group * q_len, n)))
     scores = scores.view(batch, h_kv, group, q_len, n)
     scores.mul_(scaling)  # in place where eager makes a new tensor (same values)
     if softcap is not None:
@@ -73,7 +116,7 @@ def grouped_scores(query: torch.Tensor, key: torch.Tensor, scaling: float, softc
 
 
 def block_mask(mask: torch.Tensor | None, first: int, last: int, q_len: int, n: int, dtype: torch.dtype,
-               device: torch.device) -> torch.Tensor | None:
+               device: torch.device, out: torch.Tensor | None = None) -> torch.Tensor | None:
     """Eager attention's additive mask for query rows `first`..`last - 1`: 0 where a query attends, the
     dtype's minimum elsewhere, as transformers' `eager_mask` turns SDPA's boolean mask into one, but a
     block of rows at a time (a 8,192-token prompt's whole float mask would be 268 MB).
@@ -83,6 +126,7 @@ def block_mask(mask: torch.Tensor | None, first: int, last: int, q_len: int, n: 
             where transformers found it plain causal (`sdpa_mask`'s causal skip): query r, at position
             n - T + r, then sees keys 0..n - T + r.
         q_len: T, the step's query rows; n: the keys.
+        out: a flat buffer to write the mask into (`BlockBuffers.mask`), or None.
 
     Returns:
         [B or 1, 1, last - first, n] in `dtype`, or None where no key of the block is masked.
@@ -91,9 +135,9 @@ def block_mask(mask: torch.Tensor | None, first: int, last: int, q_len: int, n: 
         return None
     minimum = torch.finfo(dtype).min
     if mask is not None:
-        return torch.where(mask[:, :, first:last, :n], torch.zeros((), dtype=dtype, device=mask.device), minimum)
-    causal = torch.full((last - first, n), minimum, dtype=dtype, device=device)
-    return causal.triu_(n - q_len + first + 1)[None, None]
+        allowed = mask[:, :, first:last, :n]
+        return _blank(out, allowed.shape, dtype, device).fill_(minimum).masked_fill_(allowed, 0)
+    return _blank(out, (1, 1, last - first, n), dtype, device).fill_(minimum).triu_(n - q_len + first + 1)
 
 
 def keys_read(causal_only: bool, last: int, q_len: int, n: int) -> int:
@@ -114,16 +158,21 @@ def first_keys(states: torch.Tensor, count: int) -> torch.Tensor:
     return states if count == states.shape[2] else states[:, :, :count]
 
 
-def softmax(scores: torch.Tensor) -> torch.Tensor:
-    """Row-wise softmax in float32, cast back to the scores' dtype, as eager attention does."""
-    return scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+def softmax(scores: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Row-wise softmax in float32, cast back to the scores' dtype, as eager attention does; written
+    into the flat float32 buffer `out` (`BlockBuffers.probs`) where one is given."""
+    if out is None:
+        return scores.softmax(-1, dtype=torch.float32).to(scores.dtype)
+    return torch.softmax(scores, -1, dtype=torch.float32, out=_into(out, scores.shape)).to(scores.dtype)
 
 
-def grouped_weighted_sum(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """P·V from grouped probabilities [B, h_kv, g, T, n] and values [B, h_kv, n, d_h]: [B, h_q, T, d_h]."""
+def grouped_weighted_sum(probs: torch.Tensor, value: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """P·V from grouped probabilities [B, h_kv, g, T, n] and values [B, h_kv, n, d_h]: [B, h_q, T, d_h],
+    written into the flat buffer `out` (`BlockBuffers.output`) where one is given."""
     batch, h_kv, group, q_len, n = probs.shape
     head_dim = value.shape[-1]
-    output = torch.bmm(probs.reshape(batch * h_kv, group * q_len, n), value.reshape(batch * h_kv, n, head_dim))
+    output = torch.bmm(probs.reshape(batch * h_kv, group * q_len, n), value.reshape(batch * h_kv, n, head_dim),
+                       out=_into(out, (batch * h_kv, group * q_len, head_dim)))
     return output.view(batch, h_kv * group, q_len, head_dim)
 
 
@@ -172,19 +221,20 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.
     first_row, last_row = rows if rows is not None else (0, q_len)
     result = np.zeros((h_q, last_row - first_row, key_blocks(n, key_factor)), np.float32)
     block = block_rows(h_q, q_len, n, query.element_size())
+    buffers = BlockBuffers.for_blocks(query, block, n)
     with torch.inference_mode():
         starts = range(first_row - first_row % block, last_row, block) if first_row < last_row else ()  # the step's blocks
         for first in starts:
             last = min(first + block, q_len)
-            mask = block_mask(None, first, last, q_len, n, query.dtype, query.device)
+            mask = block_mask(None, first, last, q_len, n, query.dtype, query.device, buffers.mask)
             if padding is not None:  # a left-padded sequence's padded keys
                 padded = (padding.to(query.device) == 0)[None, None, None, :n]
                 mask = torch.zeros_like(padded, dtype=query.dtype) if mask is None else mask
                 mask = mask.masked_fill(padded, torch.finfo(query.dtype).min)
             seen = keys_read(padding is None, last, q_len, n)  # the keys the step's block read
             scores = grouped_scores(query[:, :, first:last], first_keys(keys, seen), inputs.scaling, inputs.softcap,
-                                    mask)
-            probs = in_head_order(softmax(scores)).to(torch.float32).cpu().numpy()
+                                    mask, buffers.scores)
+            probs = in_head_order(softmax(scores, buffers.probs)).to(torch.float32).cpu().numpy()  # copied below
             wanted_first, wanted_last = max(first, first_row), min(last, last_row)
             part = probs[:, wanted_first - first:wanted_last - first]
             if key_factor > 1:

@@ -8,8 +8,8 @@ holes they leave (between tensors still alive: the KV cache, the kept queries) a
 Fixing the threshold at 1 MB stops that: `python -m explorer trace <2,048 tokens> --steps 8
 --no-chat-template` on the embedded model peaked at 1,227 MB of RSS (two runs) against 1,337 MB
 without it (two runs), a 20-token prompt at 950 MB either way. A tensor with pages of its own
-faults them in afresh each time, so the tensors made over and over (an attention block's) are kept
-under the threshold (`explorer.analysis.memory.ATTENTION_BLOCK_BYTES`).
+faults them in afresh each time, so the tensors made over and over (an attention block's) are
+written into buffers made once a layer (`explorer.runner.gqa.BlockBuffers`).
 """
 
 from __future__ import annotations

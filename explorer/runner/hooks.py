@@ -24,7 +24,9 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from explorer.analysis.memory import block_rows
 from explorer.runner.architectures import moe_layers, stop_module_names
 from explorer.runner.gqa import (
+    NO_BUFFERS,
     AttentionInputs,
+    BlockBuffers,
     block_mask,
     first_keys,
     grouped_scores,
@@ -234,19 +236,21 @@ def explorer_attention(
     keep = rec.attention_inputs_of(layer, [h_q, q_len, n], AttentionInputs(query[0].detach(), scaling, softcap),
                                    query.is_meta)
     rows = min(q_len, rec.block_rows or block_rows(h_q, q_len, n, query.element_size()))
-    merged = query.new_empty(batch, q_len, h_q, head_dim) if rows < q_len else None  # one block: its own
+    merged, buffers = None, NO_BUFFERS  # one block: tensors of its own
+    if rows < q_len:  # the blocks write into the layer's output and buffers
+        merged, buffers = query.new_empty(batch, q_len, h_q, head_dim), BlockBuffers.for_blocks(query, rows, n)
     spans: list[list[tuple[float, float]]] = [[], [], [], []]
     for first in range(0, q_len, rows):
         block = slice(first, min(first + rows, q_len))
         start = clock()
-        mask = block_mask(attention_mask, block.start, block.stop, q_len, n, query.dtype, query.device)
+        mask = block_mask(attention_mask, block.start, block.stop, q_len, n, query.dtype, query.device, buffers.mask)
         seen = keys_read(attention_mask is None, block.stop, q_len, n)
         scores = grouped_scores(query if merged is None else query[:, :, block], first_keys(key, seen), scaling,
-                                softcap, mask)
+                                softcap, mask, buffers.scores)
         after_scores = clock()
-        probs = softmax(scores)
+        probs = softmax(scores, buffers.probs)
         after_softmax = clock()
-        output = grouped_weighted_sum(probs, first_keys(value, seen))
+        output = grouped_weighted_sum(probs, first_keys(value, seen), buffers.output)
         after_sum = clock()
         merged = merge_heads(output, merged, block)
         after_merge = clock()
