@@ -13,10 +13,11 @@ The instrumented attention (`explorer.runner.hooks`) runs these on a block of qu
 by T x n, and under a plain causal mask a block reads only the keys its rows can see (`keys_read`).
 Each row's scores, softmax and weighted sum depend on that row alone, but the products are GEMMs of
 other shapes than eager's, a BLAS kernel may reduce a dot product in another order for another shape,
-and a row's softmax sums no exact zeros for the keys after it; so the probabilities and logits equal eager attention's within float32 rounding, not
-bit for bit: asserted to 1e-6 (tests/integration/test_query_blocks.py: blocks of 1, 7 and T rows on
-every family's tiny model, the measured bound in its docstring; tests/integration/test_faithfulness.py:
-the embedded model's logits, of about 25, to 5e-5).
+and a row's softmax sums no exact zeros for the keys after it; so the probabilities and logits equal
+eager attention's within float32 rounding, not bit for bit: asserted to 1e-6
+(tests/integration/test_query_blocks.py: blocks of 1, 7 and T rows on every family's tiny model, the
+measured bound in its docstring; tests/integration/test_faithfulness.py: the embedded model's logits,
+of about 25, to 5e-5).
 """
 
 from __future__ import annotations

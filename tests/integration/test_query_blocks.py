@@ -65,7 +65,8 @@ def test_blocked_attention_equals_eager_within_1e_6(family, rows):
 def test_each_blocks_mask_is_eagers_mask_of_those_rows(q_len, n, window, padding):
     """`block_mask` from SDPA's boolean mask (or from none, where transformers skips a plain causal one)
     equals the rows of transformers' own `eager_mask`, for a prefill, a decode step, a chunk after a
-    cache, a sliding window and left padding, in blocks of 1, 2 and all rows."""
+    cache, a sliding window and left padding, in blocks of 1, 2 and all rows, made afresh or written
+    into a buffer."""
     from transformers.masking_utils import (
         causal_mask_function,
         eager_mask,
@@ -85,12 +86,14 @@ def test_each_blocks_mask_is_eagers_mask_of_those_rows(q_len, n, window, padding
     for rows in (1, 2, q_len):
         for first in range(0, q_len, rows):
             last = min(first + rows, q_len)
-            got = block_mask(boolean, first, last, q_len, n, torch.float32, torch.device("cpu"))
             want = eager[:, :, first:last]
-            if got is None:
-                assert not want.any()
-            else:
-                torch.testing.assert_close(got.expand_as(want), want, rtol=0, atol=0)
+            buffer = torch.full((rows * n,), 7.0)  # a layer's buffer (`BlockBuffers.mask`), holding an earlier block
+            for out in (None, buffer):
+                got = block_mask(boolean, first, last, q_len, n, torch.float32, torch.device("cpu"), out)
+                if got is None:
+                    assert not want.any()
+                else:
+                    torch.testing.assert_close(got.expand_as(want), want, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILY_EXTRAS))
