@@ -49,16 +49,16 @@ class AttentionInputs:
 
 @dataclass(frozen=True, slots=True)
 class BlockBuffers:
-    """Flat tensors that every block of a layer writes its scores, probabilities and output into,
-    made once for the layer: a block's tensors of several MB, made afresh, would fault in new pages
-    each time (`explorer.runner.heap`). The same kernels write them (`out=`), so the values are the same.
+    """Flat tensors that every block of a layer writes its mask, scores, probabilities and output
+    into, made once for the layer: a block's tensors of several MB, made afresh, would fault in new
+    pages each time (`explorer.runner.heap`). The same kernels write them (`out=`), so the values are
+    the same. `NO_BUFFERS` holds None in each: every tensor is made afresh, as for a layer's one block.
 
     Attributes:
         scores: B x h_q x rows x n elements in the query's dtype.
         probs: as many float32 elements (the softmax's output).
         output: B x h_q x rows x d_h elements in the query's dtype.
         mask: B x rows x n elements in the query's dtype (the block's additive mask, `block_mask`).
-    None in each (`NO_BUFFERS`): each tensor is made afresh, as for a layer's one block.
     """
 
     scores: torch.Tensor | None = None
