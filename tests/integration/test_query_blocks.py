@@ -147,7 +147,7 @@ def test_a_batchs_kept_matrix_is_row_0_copied_out_of_the_batch():
 
 @pytest.mark.parametrize("family", sorted(FAMILY_EXTRAS))
 def test_a_causal_block_reads_the_keys_up_to_its_last_row_and_eager_gives_the_rest_exactly_0(family, monkeypatch):
-    """Under a plain causal mask each block of 7 rows reads keys 0..first + 6 only (`keys_read`), and
+    """Under a plain causal mask each block of 7 rows first..last - 1 reads keys 0..last - 1 only (`keys_read`), and
     eager attention gives every later key a probability of exactly 0 and the last row's own key more:
     the bound is tight. A sliding-window layer shorter than the prompt (transformers builds its mask)
     reads every key."""
@@ -169,7 +169,7 @@ def test_a_causal_block_reads_the_keys_up_to_its_last_row_and_eager_gives_the_re
     layer_types = getattr(model.config, "layer_types", None) or ["full_attention"] * model.config.num_hidden_layers
     assert len(read) == len(blocks) * len(layer_types)
     for layer, kind in enumerate(layer_types):
-        for (first, last), (rows, keys) in zip(blocks, read[layer * len(blocks):], strict=False):
+        for (first, last), (rows, keys) in zip(blocks, read[layer * len(blocks):(layer + 1) * len(blocks)], strict=True):
             assert rows == last - first
             assert keys == (PROMPT_TOKENS if kind == "sliding_attention" else last), f"{family} layer {layer}"
             assert not eager[layer][:, first:last, last:].any()
