@@ -36,16 +36,16 @@ def main() -> None:
     prompt = PROMPT if args.prompt_tokens is None else prompt_of(loaded.tokenizer, args.prompt_tokens)
     limit = max(LOCAL.max_prompt_tokens, (args.prompt_tokens or 0) + 64)  # room for the chat template
     served = Served.create(ModelRegistry(loaded), dataclasses.replace(LOCAL, max_prompt_tokens=limit))
-    view = (0, False, "this-machine", args.view)
+    view = {"layer": 0, "average_heads": False, "hardware": "this-machine", "shown": args.view}
     visit = handlers.ServedHandlers(served).on_prefill_click(
         None, None, model=served.registry.default_choice, prompt=prompt, use_chat_template=args.prompt_tokens is None,
-        **SAMPLING, layer=0, hardware="this-machine", shown=args.view)[0]
+        **SAMPLING, **view)[0]
     parts: dict[str, list[float]] = {"decode step": [], f"step outputs ({args.view} drawn)": [], "export label": []}
     for _ in range(args.steps):
         start = time.perf_counter()
         visit.session.decode_step()
         stepped = time.perf_counter()
-        handlers.step_outputs(visit, *view)
+        handlers.step_outputs(visit, **view)
         drawn = time.perf_counter()
         handlers.on_export_label(visit)
         for name, seconds in zip(parts, (stepped - start, drawn - stepped, time.perf_counter() - drawn), strict=True):

@@ -222,7 +222,7 @@ def recompute_probs(inputs: AttentionInputs, keys: torch.Tensor, padding: torch.
     first_row, last_row = rows if rows is not None else (0, q_len)
     result = np.zeros((h_q, last_row - first_row, key_blocks(n, key_factor)), np.float32)
     block = block_rows(h_q, q_len, n, query.element_size())
-    buffers = BlockBuffers.for_blocks(query, block, n)
+    buffers = BlockBuffers.for_blocks(query, block, n) if block < q_len else NO_BUFFERS  # as the step had them
     with torch.inference_mode():
         starts = range(first_row - first_row % block, last_row, block) if first_row < last_row else ()  # the step's blocks
         for first in starts:
