@@ -17,6 +17,7 @@ from explorer.analysis.records import (
     elementwise_cost,
     linear_cost,
     norm_cost,
+    summed,
 )
 from explorer.analysis.spec import ModelSpec
 from explorer.stops import stop_name
@@ -54,19 +55,15 @@ def step_costs(spec: ModelSpec, step: Step, options: CostOptions | None = None) 
 
 def totals_by_op(costs: list[OpCost]) -> list[OpCost]:
     """The records summed over layers, one per layer-relative name, in first-seen order (layer None)."""
-    totals: dict[str, OpCost] = {}
+    groups: dict[str, list[OpCost]] = {}
     for cost in costs:
-        key = cost.op
-        totals[key] = totals[key] + cost if key in totals else OpCost(key, cost.kind, None, 0.0) + cost
-    return list(totals.values())
+        groups.setdefault(cost.op, []).append(cost)
+    return [summed(op, group[0].kind, None, group) for op, group in groups.items()]
 
 
 def step_total(costs: list[OpCost]) -> OpCost:
     """One record summing every operator of the step, named "step"."""
-    total = OpCost("step", "step", None, 0.0)
-    for cost in costs:
-        total = total + cost
-    return total
+    return summed("step", "step", None, costs)
 
 
 def embed_cost(spec: ModelSpec, step: Step, options: CostOptions) -> OpCost:
@@ -247,10 +244,7 @@ def moe_costs(spec: ModelSpec, layer: int, step: Step, options: CostOptions, lin
     parts += [_activation_cost(spec, "mlp.experts", layer, rows, down.in_features, options),
               _linear(down, layer, rows, options, read),
               elementwise_cost("mlp.experts", "experts", layer, rows * spec.hidden_size, 2, options.precision)]
-    experts = OpCost(stop_name(layer, "mlp.experts"), "experts", layer, 0.0)
-    for part in parts:
-        experts = experts + part
-    return [_linear(router, layer, step.rows, options), experts]
+    return [_linear(router, layer, step.rows, options), summed(stop_name(layer, "mlp.experts"), "experts", layer, parts)]
 
 
 def _activation_cost(spec: ModelSpec, name: str, layer: int, rows: float, width: int, options: CostOptions) -> OpCost:

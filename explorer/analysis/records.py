@@ -8,7 +8,8 @@ split by source as LLM-Viewer does (Yuan et al. 2024, "LLM Inference Unveiled", 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from explorer.analysis.precision import Precision
 from explorer.stops import parse_stop_name, stop_name
@@ -125,14 +126,17 @@ class OpCost:
         """The name relative to its layer ("attn.q_proj" for "layers.3.attn.q_proj")."""
         return parse_stop_name(self.name)[1]
 
-    def __add__(self, other: OpCost) -> OpCost:
-        """The sum of two records, keeping this one's name, kind and layer."""
-        sums = {key: getattr(self, key) + getattr(other, key) for key in _ADDITIVE}
-        return replace(self, **sums)
 
 
 _ADDITIVE = ("flops", "matmul_flops", "weight_bytes", "act_in_bytes", "act_out_bytes",
-             "kv_read_bytes", "kv_write_bytes")
+             "kv_read_bytes", "kv_write_bytes")  # OpCost's fields after name, kind and layer, in order
+
+
+def summed(name: str, kind: str, layer: int | None, costs: Sequence[OpCost]) -> OpCost:
+    """One record named `name` whose FLOPs and bytes are the sums of `costs`' (float, added in order
+    from 0.0). A plain sum per field: a step's costs are summed per operator for every scenario of a
+    roofline sweep, and building a record per addition cost most of that figure's time."""
+    return OpCost(name, kind, layer, *(sum([getattr(cost, key) for cost in costs], 0.0) for key in _ADDITIVE))
 
 
 def linear_cost(name: str, layer: int | None, rows: int, in_features: int, out_features: int,
