@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from figure_traces import hand_run
 
-from explorer.figures.lens import LensColumns, first_top1_row, shown_rows
+from explorer.figures.lens import CELL_CHARS, LensColumns, first_top1_row, shown_rows, written_cells
+from explorer.figures.theme import plain_label, visible_piece
 from explorer.figures.views import ViewData, ViewOptions, fig_lens
 from explorer.trace import LensRecord
 
@@ -27,8 +28,12 @@ def test_each_cell_is_its_top1_token_coloured_by_the_chosen_statistic(stat):
     assert len(heatmap.x) == len(prefill.positions) + 2 and list(heatmap.y) == ["embedding", "layer 0", "layer 1"]
     expected = {"top1": lambda r: r.top_probs[..., 0], "next": lambda r: r.next_probs, "entropy": lambda r: r.entropy_bits}
     np.testing.assert_array_equal(heatmap.z, np.concatenate([expected[stat](r) for r in (prefill, *decodes)], axis=1))
+    top1 = np.concatenate([r.top_ids[..., 0] for r in (prefill, *decodes)], axis=1)
+    for row, col in np.ndindex(top1.shape):
+        written = row in (0, top1.shape[0] - 1) or top1[row, col] != top1[row - 1, col]
+        piece = plain_label(visible_piece(run.piece(int(top1[row, col])), CELL_CHARS))
+        assert heatmap.text[row][col] == (piece if written else "")
     last = decodes[-1]
-    assert heatmap.text[1][-1] == run.piece(int(last.top_ids[1, 0, 0]))  # the hand-built pieces have no blanks
     hover = _hover_text(heatmap, 1, -1)
     for token_id, prob in zip(last.top_ids[1, 0], last.top_probs[1, 0], strict=True):
         assert f"  {run.piece(int(token_id))}  {prob:.3f}<br>" in hover
@@ -42,6 +47,12 @@ def _hover_text(heatmap, row: int, column: int) -> str:
     values = {"x": heatmap.x[column], "y": heatmap.y[row], "customdata": heatmap.customdata[row][column]}
     text = re.sub(r"%\{(\w+)\}", lambda m: values[m[1]], heatmap.hovertemplate)
     return text.removesuffix("<extra></extra>")
+
+
+def test_a_token_is_written_where_it_takes_over_reading_up_and_in_the_top_row():
+    top1 = np.array([[1, 2], [1, 3], [4, 3], [4, 3]])  # [rows from the embedding up, positions]
+    np.testing.assert_array_equal(written_cells(top1), [[1, 1], [0, 1], [1, 0], [1, 1]])
+    np.testing.assert_array_equal(written_cells(np.array([[5, 5]])), [[1, 1]])  # one row: it is the top row
 
 
 def test_the_prefill_shows_its_positions_only():
