@@ -255,6 +255,26 @@ def test_full_screen_squeezes_a_tall_presenter_diagram_no_further_than_its_text_
     page.screenshot(path=str(ARTIFACTS / "screen-1280x720-presenter-fullscreen.png"))
 
 
+def test_a_step_draws_its_figure_once_and_frees_the_element_it_replaces(open_app):
+    """Gradio's Plot draws each new figure into the element it is about to drop, then into a new one:
+    assets/shortcuts.js lets only the new one draw, and frees the old one (Plotly.purge); an element
+    that stays on the page is still redrawn."""
+    page = open_app(1280, 720)
+    prefill(page)
+    shown_figure(page, 0)
+    plot = "#forward-plot .js-plotly-plot"
+    page.locator(plot).evaluate("g => { window.oldPlot = g; window.oldDraws = 0; "
+                                "g.on('plotly_afterplot', () => window.oldDraws++); }")
+    page.locator("#decode-btn").click()
+    shown_figure(page, 1)
+    page.wait_for_function("() => !window.oldPlot.isConnected && window.oldPlot._fullLayout === undefined",
+                           timeout=10_000)
+    assert page.evaluate("() => window.oldDraws") == 0
+    assert page.locator(plot).count() == 1
+    page.locator(plot).evaluate("g => window.Plotly.react(g, g.data, {...g.layout, meta: {view: 'forward', step: 99}})")
+    page.wait_for_function(f"() => document.querySelector('{plot}')._fullLayout.meta.step === 99", timeout=5_000)
+
+
 def test_a_zoom_is_kept_when_the_next_step_redraws_the_figure(open_app):
     """Gradio draws each new figure in a new element, so the zoom is carried over by assets/shortcuts.js
     (keyed on the figure's layout.uirevision), not by Plotly.react alone."""

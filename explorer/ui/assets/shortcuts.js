@@ -166,13 +166,28 @@ function pinOnClick(figure) {
     window.Plotly.relayout(figure, { annotations: kept });
   });
 }
+// Gradio's Plot component is keyed on its value: each new figure is drawn into a new element, just
+// after the component it replaces has drawn the same figure into the old element, which then leaves the
+// page (Plotly's data, listeners and drawing left on it). So a redraw of an element that already holds
+// a figure waits until the end of that swap: an element still on the page is drawn then (a few ms
+// late), one that has left is freed instead of drawn (the old element's draw was a third to a half of
+// a Next-token click's time in the browser).
+function redrawAfterSwap(plotly, react, self, element, args) {
+  return new Promise((resolve) => setTimeout(() => {
+    if (element.isConnected) resolve(react.apply(self, args));
+    else resolve(plotly.purge(element));
+  }, 0));
+}
 function watchPlotly(plotly) {
   if (!plotly || plotly.explorerWatched || typeof plotly.react !== "function") return;
   const react = plotly.react;
   plotly.react = function (figure, ...rest) {
-    const drawn = react.call(this, figure, ...rest);
+    const element = typeof figure === "string" ? document.getElementById(figure) : figure;
+    const drawn = element && element._fullLayout && element.isConnected
+      ? redrawAfterSwap(plotly, react, this, element, [figure, ...rest])
+      : react.call(this, figure, ...rest);
     Promise.resolve(drawn).then(() => {
-      const element = typeof figure === "string" ? document.getElementById(figure) : figure;
+      if (!element || !element.isConnected) return;
       restoreZoom(element);
       pinOnClick(element);
       if (document.fullscreenElement) fitFigure(element);  // at once, not at the next check
