@@ -6,10 +6,9 @@ positions (the prefill's, then one per decode step up to the one shown); each ce
 statistic of its distribution and the hover gives its top 5. A cell is written with its top-1 token
 where that token takes over, reading up a column (`written_cells`), and in the top row (the model's
 own prediction): a run of layers agreeing on a token shows it once, where it starts. Plotly.js
-draws each written cell as its own SVG text, and the app's plot draws a step's figure twice (into
-the old plot, then into a new one): in the app's page on a 2-core machine the two draws of the
-embedded model's 31 x 32 cells took 0.53 s with every cell written, 0.26 s with the ~36% written
-here, 0.12 s with none.
+draws each written cell as an SVG text of its own: in the app's page on a 2-core machine, a draw of
+the embedded model's 31 x 32 cells took 0.31 s with every cell written, 0.17 s with the ~36% written
+here, 0.08 s with none.
 """
 
 from __future__ import annotations
