@@ -127,7 +127,6 @@ class OpCost:
         return parse_stop_name(self.name)[1]
 
 
-
 _ADDITIVE = ("flops", "matmul_flops", "weight_bytes", "act_in_bytes", "act_out_bytes",
              "kv_read_bytes", "kv_write_bytes")  # OpCost's fields after name, kind and layer, in order
 
