@@ -128,9 +128,8 @@ def prompt_memory(spec: ModelSpec, prompt_tokens: int, itemsize: int, attention_
     t, h_q = prompt_tokens, spec.n_heads
     layer_query_bytes = h_q * spec.head_dim * t * itemsize
     matrix_bytes = h_q * t * t * 4
-    used = kept = 0
-    for _ in range(spec.n_layers):  # the keeper's order: each layer's queries, then its matrix if it fits
-        used += layer_query_bytes
+    used, kept = layer_query_bytes * spec.n_layers, 0
+    for _ in range(spec.n_layers):  # the keeper's order: every query first, then each layer's matrix that fits
         if used + matrix_bytes <= attention_budget_bytes:
             used += matrix_bytes
             kept += matrix_bytes

@@ -41,15 +41,19 @@ class AttentionStore:
         self._pooled: OrderedDict[tuple[int, int, int], np.ndarray] = OrderedDict()  # (step, layer, factor)
         self._pooled_bytes = 0
 
-    def keeper(self) -> Callable[[int, list[int], int], bool]:
+    def keeper(self, step_query_bytes: int) -> Callable[[int, list[int], int], bool]:
         """For the next step's `StepRecorder`: (layer, [h_q, q_len, kv_len], the layer's query bytes) ->
         whether to keep that layer's matrix. The step's own matrices come first: they are refused only
-        where they would not fit beside every query, older matrices give way after the step (`add`)."""
-        used = self.query_bytes
+        where they would not fit beside every query, the step's own included: `step_query_bytes`, the
+        estimate of all its layers' queries, is counted before its first matrix, so that the prefill's
+        peak stays within the budget too (a layer's queries beyond the estimate are counted as they
+        come; 0 where the model is not known); older matrices give way after the step (`add`)."""
+        used, reserved = self.query_bytes + step_query_bytes, step_query_bytes
 
         def keep(layer: int, shape: list[int], query_bytes: int) -> bool:
-            nonlocal used
-            used += query_bytes
+            nonlocal used, reserved
+            used += max(0, query_bytes - reserved)
+            reserved = max(0, reserved - query_bytes)
             size = math.prod(shape) * 4
             if used + size > self.budget_bytes:
                 return False

@@ -117,7 +117,7 @@ def settle() -> None:
     2,048-token prompt's peak memory rose by 80-190 MB (three runs of each). Objects created later are
     collected as usual.
 
-    From then on, a tensor of 4 MB or more gets pages of its own, returned when it is freed
+    From then on, a tensor of 1 MB or more gets pages of its own, returned when it is freed
     (`explorer.runner.heap`): a long prefill's freed blocks no longer stay in the heap.
     """
     gc.collect()

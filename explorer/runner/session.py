@@ -417,6 +417,12 @@ class InferenceSession:
             return None
         return prompt_memory(spec, n_tokens, self.loaded.model.dtype.itemsize, self.attention_budget_bytes)
 
+    def _query_bytes(self, q_len: int) -> int:
+        """The post-RoPE queries a step of `q_len` tokens keeps, all layers (`memory_estimate`'s
+        `query_bytes`); 0 where the estimate is not made."""
+        estimate = self.memory_estimate(q_len)
+        return 0 if estimate is None else estimate.query_bytes
+
     def _check_memory(self, n_tokens: int) -> None:
         """Refuse a prompt whose estimated memory beyond the loaded weights exceeds the device's free
         memory, before the session allocates anything for it."""
@@ -476,11 +482,11 @@ class InferenceSession:
 
     def _run_step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord], on_layer) -> StepTrace:
         model = self.loaded.model
-        recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=self.attention.store.keeper(),
-                                on_layer=on_layer)
         keep = 0 if self.lm_head_all else 1  # transformers: 0 keeps every position
         inputs = self._batch.inputs(stage, self.loaded.device) if self._batch is not None else {
             "input_ids": torch.tensor([new_ids] * self.batch, device=self.loaded.device)}
+        keeper = self.attention.store.keeper(self._query_bytes(inputs["input_ids"].shape[-1]))
+        recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=keeper, on_layer=on_layer)
         lens_width = 0 if self.loaded.shape_only else lens_positions(len(new_ids), model.config.num_hidden_layers)
         with model_lock(model), torch.inference_mode(), capture_residuals(model, lens_width) as residuals, \
                 tracing(model, self._cache, recorder):

@@ -14,6 +14,7 @@ from explorer.config import SamplingSettings
 from explorer.errors import PromptError
 from explorer.run import Run
 from explorer.runner import session as session_module
+from explorer.runner.attention_store import AttentionStore
 from explorer.runner.session import InferenceSession
 from tests.tiny_models import tiny_model
 
@@ -27,14 +28,18 @@ def _layer_matrix_bytes(loaded) -> int:
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "phi3"])
 @pytest.mark.parametrize("kept_layers", [0, 1, 3])
-def test_estimate_equals_the_sessions_cache_queries_and_kept_matrices(family, kept_layers):
+def test_estimate_equals_the_sessions_cache_queries_and_kept_matrices(family, kept_layers, monkeypatch):
     loaded = tiny_model(family)
     config = loaded.model.config
     query_bytes = config.num_hidden_layers * config.num_attention_heads * config.head_dim * len(PROMPT) * 4
-    budget = query_bytes + kept_layers * _layer_matrix_bytes(loaded)
+    budget = query_bytes + (kept_layers + 1) * _layer_matrix_bytes(loaded) - 1  # a byte short of one more
     session = InferenceSession(loaded, SamplingSettings(max_new_tokens=4), attention_budget_bytes=budget)
     estimate = session.memory_estimate(len(PROMPT))
+    handed, add = [], AttentionStore.add  # the matrices the prefill itself kept, before any gave way
+    monkeypatch.setattr(AttentionStore, "add", lambda store, matrices, inputs: (
+        handed.append(sum(m.nbytes for m in matrices.values())), add(store, matrices, inputs)))
     session.prefill(PROMPT, use_chat_template=False)
+    assert handed == [kept_layers * _layer_matrix_bytes(loaded)]  # its peak within the budget too
     assert estimate.query_bytes == session.attention.store.query_bytes
     assert estimate.kept_matrix_bytes == session.attention.store.kept_bytes
     assert sum(session.attention.store.kept(0, layer) for layer in range(config.num_hidden_layers)) == kept_layers
