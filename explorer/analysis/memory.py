@@ -126,9 +126,8 @@ def prompt_memory(spec: ModelSpec, prompt_tokens: int, itemsize: int, attention_
     if prompt_tokens < 1 or itemsize not in _KV_DTYPES:
         raise ValueError(f"need T >= 1 ({prompt_tokens}) and an itemsize of 1, 2 or 4 ({itemsize}).")
     t, h_q = prompt_tokens, spec.n_heads
-    layer_query_bytes = h_q * spec.head_dim * t * itemsize
     matrix_bytes = h_q * t * t * 4
-    used, kept = layer_query_bytes * spec.n_layers, 0
+    used, kept = query_bytes(spec, t, itemsize), 0
     for _ in range(spec.n_layers):  # the keeper's order: every query first, then each layer's matrix that fits
         if used + matrix_bytes <= attention_budget_bytes:
             used += matrix_bytes
@@ -138,11 +137,16 @@ def prompt_memory(spec: ModelSpec, prompt_tokens: int, itemsize: int, attention_
         prompt_tokens=t,
         weight_bytes=param_counts(spec).total * itemsize,
         kv_cache_bytes=kv_cache_size(spec, t + 1, kv_dtype=_KV_DTYPES[itemsize]).total_bytes,
-        query_bytes=layer_query_bytes * spec.n_layers,
+        query_bytes=query_bytes(spec, t, itemsize),
         kept_matrix_bytes=kept,
         attention_transient_bytes=_boolean_mask_bytes(spec, t) + rows * t * (h_q * (2 * itemsize + 8) + itemsize),
         activation_bytes=(3 * spec.hidden_size + 3 * spec.intermediate_size) * t * itemsize,
     )
+
+
+def query_bytes(spec: ModelSpec, q_len: int, itemsize: int) -> int:
+    """The post-RoPE queries a step of `q_len` tokens keeps: [h_q, q_len, head_dim] a layer, every layer."""
+    return spec.n_layers * spec.n_heads * q_len * spec.head_dim * itemsize
 
 
 def _boolean_mask_bytes(spec: ModelSpec, t: int) -> int:

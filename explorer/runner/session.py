@@ -16,7 +16,13 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
-from explorer.analysis.memory import DEFAULT_ATTENTION_BUDGET_BYTES, PromptMemory, longest_prompt, prompt_memory
+from explorer.analysis.memory import (
+    DEFAULT_ATTENTION_BUDGET_BYTES,
+    PromptMemory,
+    longest_prompt,
+    prompt_memory,
+    query_bytes,
+)
 from explorer.analysis.pooling import matrix_part
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
@@ -418,10 +424,12 @@ class InferenceSession:
         return prompt_memory(spec, n_tokens, self.loaded.model.dtype.itemsize, self.attention_budget_bytes)
 
     def _query_bytes(self, q_len: int) -> int:
-        """The post-RoPE queries a step of `q_len` tokens keeps, all layers (`memory_estimate`'s
-        `query_bytes`); 0 where the estimate is not made."""
-        estimate = self.memory_estimate(q_len)
-        return 0 if estimate is None else estimate.query_bytes
+        """The post-RoPE queries a step of `q_len` tokens keeps, all layers (as `memory_estimate`
+        counts them); 0 where the estimate is not made."""
+        spec = self.run.spec
+        if spec is None or self.loaded.shape_only:
+            return 0
+        return query_bytes(spec, q_len, self.loaded.model.dtype.itemsize)
 
     def _check_memory(self, n_tokens: int) -> None:
         """Refuse a prompt whose estimated memory beyond the loaded weights exceeds the device's free
