@@ -2,7 +2,8 @@
 view on screen is in sight with the prompt and the step buttons (1280x720 and 1920x1080), presenter
 mode enlarges the whole page and still shows the figure's top, the page keeps its light theme with
 readable text when the system or the address asks for dark, the full-screen button fills the screen
-with the figure, and a zoom survives the next step.
+with the figure, a zoom survives the next step, and a long prompt leaves the figure and the token just
+chosen in sight.
 
 Each test opens its own page and runs its own Prefill. Screenshots go to artifacts/e2e/screen-*.png.
 """
@@ -140,6 +141,30 @@ def test_every_view_is_on_screen_with_the_prompt_and_the_buttons_after_prefill(o
             assert visible >= MIN_VISIBLE_PX, figure
         else:
             assert figure["top"] >= 0 and figure["bottom"] <= height, figure  # the whole figure
+
+
+def test_a_long_prompt_keeps_the_figure_and_the_chosen_token_in_sight(open_app):
+    """At 1280x720 a prompt of many lines scrolls inside its box (the figure keeps its 300 px), and
+    after each step the token strip, rows of chips taller than it shows, is scrolled to the token
+    just chosen."""
+    page = open_app(1280, 720)
+    # past MAX_CHIPS tokens: each step changes the strip's chips in place rather than adding one
+    page.locator("#prompt-box textarea").fill("\n".join(f"Night {i}: the keeper counted {i * 7} ships and {i % 5} storms."
+                                                      for i in range(40)))
+    page.locator("#prefill-btn").click()
+    expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
+    figure = shown_figure(page, 0)
+    assert min(figure["bottom"], 720) - figure["top"] >= MIN_VISIBLE_PX, figure
+    strip = page.locator("#token-strip .token-strip")
+    assert strip.evaluate("e => e.scrollHeight > 2 * e.clientHeight")  # rows out of sight, above
+    for step in range(1, 5):
+        page.locator("#decode-btn").click()
+        expect(page.locator("#status")).to_contain_text(f"step {step}:", timeout=TIMEOUT_MS)
+        page.wait_for_function("""() => { const box = document.querySelector('#token-strip .token-strip');
+          const chip = box.querySelector('.tok.next'), outer = box.getBoundingClientRect();
+          const inner = chip.getBoundingClientRect();
+          return inner.top >= outer.top && inner.bottom <= outer.bottom; }""")
+    page.screenshot(path=str(ARTIFACTS / "screen-1280x720-long-prompt.png"))
 
 
 def font_sizes(page) -> dict[str, float]:

@@ -228,7 +228,15 @@ whenReady(() => {
   const watchStrip = () => {
     const strip = document.getElementById("token-strip");
     if (!strip) return false;
-    new MutationObserver(revealStep).observe(strip, { childList: true, subtree: true });
+    // Gradio patches the strip in place, over more than one batch of changes (a strip capped at
+    // MAX_CHIPS changes its chips' text and class and adds none): every kind of change is watched, and
+    // the step is revealed once the frame's changes are all in, not from a half-patched strip
+    let pending = false;
+    new MutationObserver(() => {
+      if (pending) return;
+      pending = true;
+      requestAnimationFrame(() => { pending = false; revealStep(); });
+    }).observe(strip, { childList: true, subtree: true, attributes: true, characterData: true });
     return true;
   };
   if (watchStrip()) return;
