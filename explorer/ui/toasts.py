@@ -20,6 +20,9 @@ from explorer.errors import ExplorerError
 log = logging.getLogger(__name__)
 TITLE = "Cannot do that"
 FAULT_TITLE = "Something went wrong"
+# A toast stays until it is closed: after it, the event's outputs show only Gradio's "Error" mark, so
+# a toast that faded (Gradio's default: 10 s) took the reason with it from a person who looked away.
+UNTIL_CLOSED = None
 
 
 def toast_text(message: str) -> str:
@@ -31,12 +34,12 @@ def toast_text(message: str) -> str:
 
 def _error(exc: Exception, action: str) -> gr.Error:
     if isinstance(exc, ExplorerError):
-        return gr.Error(toast_text(str(exc)), title=TITLE, print_exception=False)
+        return gr.Error(toast_text(str(exc)), title=TITLE, duration=UNTIL_CLOSED, print_exception=False)
     log.error("%s failed: %s: %s", action, type(exc).__name__, toast_text(str(exc)))
     log.debug("%s failed", action, exc_info=exc)
     return gr.Error(toast_text(f"The explorer could not {action} ({type(exc).__name__}: {exc}). Your session "
                                "and the views are kept; try again, or press Reset to start over."),
-                    title=FAULT_TITLE, print_exception=False)
+                    title=FAULT_TITLE, duration=UNTIL_CLOSED, print_exception=False)
 
 
 def shows_errors(handler):

@@ -41,6 +41,7 @@ def test_a_hostile_model_id_is_a_plain_text_message_the_page_can_receive(served,
     with pytest.raises(gr.Error) as caught:
         prefill(served, custom)
     assert caught.value.title == TITLE and caught.value.message.startswith(shown)
+    assert caught.value.duration is None  # shown until closed: the reason does not fade from the page
     assert "<img" not in caught.value.message
     orjson.dumps(caught.value.message)
 
@@ -54,7 +55,7 @@ def test_an_unexpected_fault_says_what_failed_keeps_the_session_and_logs_one_lin
     monkeypatch.setattr(visit.session, "decode_step", broken_step)
     with caplog.at_level(logging.INFO, logger="explorer.ui.toasts"), pytest.raises(gr.Error) as caught:
         handlers.on_decode_click(visit, *GREEDY, *VIEW)
-    assert caught.value.title == FAULT_TITLE
+    assert caught.value.title == FAULT_TITLE and caught.value.duration is None
     assert caught.value.message == ("The explorer could not run the decode step (ZeroDivisionError: division by "
                                     "zero). Your session and the views are kept; try again, or press Reset to "
                                     "start over.")
