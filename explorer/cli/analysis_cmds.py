@@ -60,7 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    """A whole number >= 1, else argparse's usage error with what was wrong (never its type's name)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
     return value
@@ -104,10 +108,15 @@ def _step(args: argparse.Namespace, config: dict) -> Step:
     if args.stage == "decode" and args.tokens is not None:
         raise ConfigError("--tokens is for --stage prefill; a decode step has one token and a --context.")
     positions = (args.tokens or DEFAULT_TOKENS) if args.stage == "prefill" else (args.context or DEFAULT_CONTEXT)
+    _check_window(config, positions)
+    return Step.prefill(positions, args.batch) if args.stage == "prefill" else Step.decode(positions, args.batch)
+
+
+def _check_window(config: dict, positions: int) -> None:
+    """Raises ConfigError where `positions` exceed the model's context window (where the config gives one)."""
     window = config.get("max_position_embeddings") or config.get("n_positions")
     if window and positions > window:
         raise ConfigError(f"{positions:,} positions exceed this model's context window of {window:,} tokens.")
-    return Step.prefill(positions, args.batch) if args.stage == "prefill" else Step.decode(positions, args.batch)
 
 
 def _roofline_header(config: str, result: StepRoofline) -> str:
@@ -148,9 +157,12 @@ def _row(name: str, point: RooflinePoint, time_ms: float | None = None) -> str:
 
 def run_info(args: argparse.Namespace) -> int:
     """Print a config's dimensions, parameter counts and KV-cache bytes per token."""
-    from explorer.runner.configs import resolved_spec
+    from explorer.runner.configs import resolved_config
 
-    spec = resolved_spec(args.config)
+    config = resolved_config(args.config)
+    if args.prompt_tokens is not None:
+        _check_window(config, args.prompt_tokens)
+    spec = ModelSpec.from_hf_config(config)
     counts = param_counts(spec)
     windows = sorted({w for w in spec.layer_windows if w})
     rows = [

@@ -57,6 +57,19 @@ def test_unknown_config_is_a_one_line_error(capsys):
     assert "neither a preset" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value, message", [
+    ("abc", "must be a whole number >= 1, not 'abc'"),
+    ("0", "must be >= 1, not 0"),
+    ("8193", "8,193 positions exceed this model's context window of 8,192 tokens"),
+])
+def test_info_refuses_a_prompt_length_it_cannot_estimate(capsys, value, message):
+    try:
+        code = main(["info", "--config", "smollm2-135m", "--prompt-tokens", value])
+    except SystemExit as usage_error:  # argparse's: a value that is no length at all
+        code = usage_error.code
+    assert code == 2 and message in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--context", "100000000"], "100,000,000 positions exceed this model's context window of 8,192"),
     (["--stage", "prefill", "--tokens", "9000"], "9,000 positions exceed"),
