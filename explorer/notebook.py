@@ -1,7 +1,7 @@
 """`Explorer`: the explorer from Python (a notebook, a script), without the app.
 
 A thin front end over what the app uses: `explorer.runner.loading.load` loads the model (or a config,
-shape-only), an `InferenceSession` runs the prefill and the decode steps, `explorer.view_data.render`
+shape-only), an `InferenceSession` runs the prefill and the decode steps, `explorer.figures.views.render`
 draws any view as a Plotly figure (`fig.show()`, `fig.write_html(...)`), and `explorer.saved` writes
 and reads a run as the app's export does (a saved run draws every view with no model).
 
@@ -21,14 +21,16 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from explorer import view_data
 from explorer.analysis.measured import Scenario
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError, SessionStateError
-from explorer.figures.views import VIEWS, ViewOptions
+from explorer.figures.view_fetch import own_hardware
+from explorer.figures.view_types import ViewOptions, ViewSources
+from explorer.figures.views import VIEWS, render
 from explorer.run import AttentionSource, Run
 from explorer.runner.loading import LoadedModel, load
 from explorer.runner.session import InferenceSession
+from explorer.runner.view_services import RUNNER_SERVICES
 from explorer.saved import load_run, save_run
 from explorer.trace import StepTrace
 
@@ -160,9 +162,10 @@ class Explorer:
         if not 0 <= step < len(run.steps) or not 0 <= layer < n_layers:
             raise ConfigError(f"The run has steps 0 to {len(run.steps) - 1} and layers 0 to {n_layers - 1}.")
         if hardware is None:
-            hardware = view_data.own_hardware(run.step(step).device, saved=self._saved is not None)
-        options = ViewOptions(step, layer, average_heads, hardware, presenter, zoom, what_if or Scenario())
-        return view_data.render(run, self._attention(), options, view, preview, saved=self._saved is not None)
+            hardware = own_hardware(run.step(step).device, RUNNER_SERVICES, saved=self._saved is not None)
+        options = ViewOptions(step, layer, average_heads, hardware, presenter, zoom, what_if or Scenario(),
+                              preview=preview)
+        return render(run, ViewSources(self._attention(), RUNNER_SERVICES, self._saved is not None), options, view)
 
     def save(self, path: str | Path) -> Path:
         """Write the run with every attention matrix as JSON (the app's export format) and return the path.

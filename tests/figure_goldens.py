@@ -17,10 +17,11 @@ from pathlib import Path
 
 import plotly
 
-from explorer import view_data
 from explorer.analysis.measured import Scenario
 from explorer.config import SamplingSettings
-from explorer.figures.views import VIEWS, ViewOptions
+from explorer.figures.view_types import ViewOptions, ViewSources
+from explorer.figures.views import VIEWS, render
+from explorer.runner.view_services import RUNNER_SERVICES
 from explorer.saved import load_run
 
 DATA = Path(__file__).parent / "data" / "figure_goldens"
@@ -32,17 +33,17 @@ CASES = (("llama", "llama", 0, 3), ("gpt2", "gpt2", 1, 3), ("gemma3", "gemma3_te
 HARDWARE = "h100-sxm"
 
 
-def option_sets(last: int, n_layers: int) -> dict[str, tuple[ViewOptions, SamplingSettings | None]]:
+def option_sets(last: int, n_layers: int) -> dict[str, ViewOptions]:
     """The view settings each view is drawn at: the defaults at the latest step, a mid step with the
     last layer, heads averaged and presenter mode, a zoom window, a what-if, a lens statistic, a preview."""
-    latest = ViewOptions(last, 0, False, HARDWARE)
+    preview = SamplingSettings(do_sample=True, temperature=1.3, top_k=9, top_p=0.8, seed=5)
     return {
-        "latest": (latest, None),
-        "prefill-last-layer": (ViewOptions(0, n_layers - 1, True, HARDWARE, presenter=True), None),
-        "mid-zoom": (ViewOptions(min(1, last), 1, False, HARDWARE, zoom=5, sink_threshold=0.1), None),
-        "what-if": (ViewOptions(last, 0, False, HARDWARE, what_if=Scenario(batch=64, kv="fp8", fused=True)), None),
-        "lens-entropy": (ViewOptions(last, 0, False, HARDWARE, lens_stat="entropy"), None),
-        "preview": (latest, SamplingSettings(do_sample=True, temperature=1.3, top_k=9, top_p=0.8, seed=5)),
+        "latest": ViewOptions(last, 0, False, HARDWARE),
+        "prefill-last-layer": ViewOptions(0, n_layers - 1, True, HARDWARE, presenter=True),
+        "mid-zoom": ViewOptions(min(1, last), 1, False, HARDWARE, zoom=5, sink_threshold=0.1),
+        "what-if": ViewOptions(last, 0, False, HARDWARE, what_if=Scenario(batch=64, kv="fp8", fused=True)),
+        "lens-entropy": ViewOptions(last, 0, False, HARDWARE, lens_stat="entropy"),
+        "preview": ViewOptions(last, 0, False, HARDWARE, preview=preview),
     }
 
 
@@ -50,9 +51,10 @@ def figure_hashes(path: Path) -> dict[str, str]:
     """`view|settings` -> SHA-256 of the figure's JSON, for every view of the saved run at `path`."""
     run, attention = load_run(path)
     hashes = {}
-    for name, (options, preview) in option_sets(len(run.steps) - 1, len(run.steps[0].kv)).items():
+    sources = ViewSources(attention, RUNNER_SERVICES, saved=True)
+    for name, options in option_sets(len(run.steps) - 1, len(run.steps[0].kv)).items():
         for view in VIEWS:
-            figure = view_data.render(run, attention, options, view, preview, saved=True)
+            figure = render(run, sources, options, view)
             hashes[f"{view}|{name}"] = hashlib.sha256(figure.to_json().encode()).hexdigest()
     return hashes
 

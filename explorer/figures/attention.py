@@ -47,6 +47,8 @@ MAX_GRID_COLUMNS = 6
 GAMMA = 0.3  # colour = p ** GAMMA: p = 0.001 sits at 13% of the colour scale, 0.01 at 25%, 0.1 at 50%
 COLOUR_TICKS = (0.0, 0.001, 0.01, 0.1, 0.5, 1.0)  # the colour bar's labels, in probabilities
 BASE_SCALE = "Blues"  # the colour scale that p ** GAMMA runs along
+# The attention window drawn at full resolution: 48^2 cells x 32 heads (Qwen3-8B) stay under ~400 KB.
+ZOOM_TOKENS = 48
 COLOUR_STOPS = 65  # stops of the bent scale: within 2/255 of Blues(p ** GAMMA) everywhere
 X_TITLE = "key (source) token: the one attended to"
 Y_TITLE = "query (destination) token:<br>the one attending"
@@ -340,3 +342,9 @@ def _style(layout: dict, cells: dict[tuple[int, int], dict[str, str]], keys: lis
                       "title": {"text": bar_title, "side": "right"}, "thickness": 14,
                       "tickvals": [t ** GAMMA for t in COLOUR_TICKS], "ticktext": [f"{t:g}" for t in COLOUR_TICKS]}},
                   plot_bgcolor=MASKED_COLOUR)
+
+
+def zoom_window(zoom: int, n: int) -> tuple[int, int]:
+    """The `ZOOM_TOKENS`-token window of n tokens drawn for a zoom from token `zoom` (kept inside 0..n)."""
+    start = max(0, min(zoom, n - ZOOM_TOKENS))
+    return start, min(start + ZOOM_TOKENS, n)

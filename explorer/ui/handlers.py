@@ -35,8 +35,7 @@ from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.plain import markdown_text
 from explorer.ui.status import generated_text, status_text, strip_html
 from explorer.ui.toasts import shows_errors, toast_text
-from explorer.ui.views import Visit, render
-from explorer.view_data import own_hardware
+from explorer.ui.views import Visit, own_hardware, render
 
 if TYPE_CHECKING:
     from explorer.runner.session import InferenceSession
@@ -177,7 +176,7 @@ class ServedHandlers:
             raise SessionStateError("Nothing to draw yet: call /prefill first (with this client).")
         options = _options(visit, step, layer, average_heads, hardware or "", presenter, zoom)
         if not hardware:
-            options = replace(options, hardware=own_hardware(visit.run.step(options.step).device, visit.saved))
+            options = replace(options, hardware=own_hardware(visit, options.step))
         return render(visit, options, view).to_json()
 
     def on_model_select(self, choice: str) -> tuple:

@@ -20,7 +20,8 @@ from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
 from explorer.config import SamplingSettings
 from explorer.figures.lens import LENS_STATS
 from explorer.figures.theme import empty_figure
-from explorer.figures.views import VIEWS, ZOOM_TOKENS
+from explorer.figures.attention import ZOOM_TOKENS
+from explorer.figures.views import VIEWS
 from explorer.runner.prompts import max_prompt_chars
 from explorer.ui import handlers, lesson
 from explorer.ui.api import API

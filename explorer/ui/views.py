@@ -2,24 +2,26 @@
 
 A `Visit` is what one browser tab holds (in `gr.State`): its `Run`, where that run's attention comes
 from, and the live session that appends to it (None for a saved run). `view_data` and `render` fetch
-what the view on screen needs, and only that, and draw it (`explorer.view_data`).
+what the view on screen needs, and only that, and draw it (`explorer.figures.views.VIEW_TABLE`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer import view_data as shared
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
 from explorer.config import SamplingSettings
-from explorer.figures.views import ViewData, ViewOptions, draw
+from explorer.figures import view_fetch
+from explorer.figures.view_types import RunData, SinkSums, ViewOptions, ViewSources
+from explorer.figures.views import VIEW_TABLE, draw
 from explorer.run import AttentionSource, Run, SavedAttention
+from explorer.runner.view_services import RUNNER_SERVICES
 from explorer.ui.export import remove_export
 from explorer.ui.hosting import Limits
 
@@ -46,7 +48,7 @@ class Visit:
         lens_stat: what colours the logit lens (the view settings' choice, kept for every redraw).
         sink_threshold: the attention view's sink threshold (the view settings' choice).
         sink_sums: each step's sinks, computed once on the attention view's first draw of it
-            (`explorer.view_data.every_layer_sinks`).
+            (`explorer.figures.view_fetch.every_layer_sinks`).
     """
 
     run: Run
@@ -58,7 +60,7 @@ class Visit:
     pending: tuple[int, int] | None = field(default=None, init=False)
     lens_stat: str = field(default="top1", init=False)
     sink_threshold: float = field(default=DEFAULT_SINK_THRESHOLD, init=False)
-    sink_sums: shared.SinkSums = field(default_factory=dict, init=False, repr=False)
+    sink_sums: SinkSums = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def start(cls, session: InferenceSession, limits: Limits) -> Visit:
@@ -76,6 +78,11 @@ class Visit:
         return self.session is None
 
     @property
+    def sources(self) -> ViewSources:
+        """What the visit lends its views' data: its attention, the runner's services, its sinks."""
+        return ViewSources(self.attention, RUNNER_SERVICES, self.saved, self.sink_sums)
+
+    @property
     def open(self) -> bool:
         """Whether the visit holds steps (a freed visit holds none)."""
         return bool(self.run.steps)
@@ -90,14 +97,15 @@ class Visit:
         self.run, self.attention = Run(self.run.model, self.run.description, self.run.config), CLOSED
 
 
-def view_data(visit: Visit, options: ViewOptions, view: str, preview: SamplingSettings | None = None) -> ViewData:
-    """What `view` needs to be drawn at `options`, fetched from the visit's run (`explorer.view_data.view_data`).
+def view_data(visit: Visit, options: ViewOptions, view: str, preview: SamplingSettings | None = None) -> RunData:
+    """What `view` needs to be drawn at `options` (its row of `VIEW_TABLE`), fetched from the visit's
+    run; for the sampling view, `preview` applies other settings to the step's stored logits.
 
     Raises:
         SessionStateError: a saved run holds no attention for the shown layer and steps.
         ConfigError: the roofline's machine is unknown.
     """
-    return shared.view_data(visit.run, visit.attention, options, view, preview, visit.saved, visit.sink_sums)
+    return VIEW_TABLE[view].fetch(visit.run, visit.sources, replace(options, preview=preview))
 
 
 def render(visit: Visit, options: ViewOptions, view: str, preview: SamplingSettings | None = None) -> go.Figure:
@@ -108,14 +116,20 @@ def render(visit: Visit, options: ViewOptions, view: str, preview: SamplingSetti
 
 def every_layer_sinks(visit: Visit, step: int) -> np.ndarray | None:
     """[L, h]: the first token's importance for every layer and head at `step` of the visit's run
-    (`explorer.view_data.every_layer_sinks`); None where the run lacks some layer's attention."""
-    return shared.every_layer_sinks(visit.run, visit.attention, step, visit.sink_sums)
+    (`explorer.figures.view_fetch.every_layer_sinks`); None where the run lacks some layer's attention."""
+    return view_fetch.every_layer_sinks(visit.run, visit.attention, step, visit.sink_sums)
 
 
 def roofline_machine(visit: Visit, hardware: str) -> Hardware:
-    """The roofline's machine of the visit's run (`explorer.view_data.roofline_machine`).
+    """The roofline's machine of the visit's run (`explorer.figures.view_fetch.roofline_machine`).
 
     Raises:
         ConfigError: `hardware` is unknown.
     """
-    return shared.roofline_machine(visit.run, hardware, visit.saved)
+    return view_fetch.roofline_machine(visit.run, hardware, RUNNER_SERVICES, visit.saved)
+
+
+def own_hardware(visit: Visit, step: int) -> str:
+    """The roofline machine the visit's views show at `step` unless another is chosen
+    (`explorer.figures.view_fetch.own_hardware`)."""
+    return view_fetch.own_hardware(visit.run.step(step).device, RUNNER_SERVICES, visit.saved)

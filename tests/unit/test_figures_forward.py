@@ -15,7 +15,8 @@ from explorer.figures.attention import stack_attention
 from explorer.figures.dims import DIM_COLOURS, coloured
 from explorer.figures.forward import ROW_CHARS, forward_figure
 from explorer.figures.journey import journey_figure
-from explorer.figures.views import AttentionRows, ViewData, ViewOptions, draw
+from explorer.figures.view_types import AttentionData, AttentionRows, ForwardData, RunData, ViewOptions
+from explorer.figures.views import draw
 
 SPAN = re.compile(r'<span style="color:(#[0-9a-f]{6})">([\w]+)</span>')
 
@@ -36,7 +37,7 @@ def plain(text: str) -> str:
 
 def forward(run, step: int = 3, layer: int = 2, **options):
     costs = tuple(stop_costs(run.spec, run.step(s), layer) for s in ((0, step) if step else (0,)))
-    return draw("forward", ViewData(run, stop_costs=costs),
+    return draw("forward", ForwardData(run, stop_costs=costs),
                 ViewOptions(step=step, layer=layer, average_heads=False, hardware="h100-sxm", **options))
 
 
@@ -87,8 +88,8 @@ def test_each_dimension_symbol_has_one_colour_in_every_view():
              " ".join(trace.hovertext and " ".join(trace.hovertext) or ""
                       for trace in journey_figure(run.step(0), run.step(2), 1).data)]
     options = ViewOptions(step=2, layer=1, average_heads=False, hardware="h100-sxm")
-    for view, data in (("kv_cache", ViewData(run)),
-                       ("attention", ViewData(run, attention=AttentionRows(stack_attention([attention.probs(s, 1) for s in range(3)]))))):
+    for view, data in (("kv_cache", RunData(run)),
+                       ("attention", AttentionData(run, rows=AttentionRows(stack_attention([attention.probs(s, 1) for s in range(3)]))))):
         layout = draw(view, data, options).layout
         texts.append(" ".join([layout.title.text, *(note.text for note in layout.annotations)]))
     seen: dict[str, set[str]] = {}

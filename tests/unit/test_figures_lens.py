@@ -10,7 +10,8 @@ from figure_traces import hand_run
 
 from explorer.figures.lens import CELL_CHARS, LensColumns, first_top1_row, shown_rows, written_cells
 from explorer.figures.theme import plain_label, visible_piece
-from explorer.figures.views import ViewData, ViewOptions, fig_lens
+from explorer.figures.view_types import LensData, ViewOptions
+from explorer.figures.views import fig_lens
 from explorer.trace import LensRecord
 
 
@@ -21,7 +22,7 @@ def _lenses(run, step: int) -> tuple:
 @pytest.mark.parametrize("stat", ["top1", "next", "entropy"])
 def test_each_cell_is_its_top1_token_coloured_by_the_chosen_statistic(stat):
     run, _ = hand_run(decode_steps=2)
-    fig = fig_lens(ViewData(run, lens=_lenses(run, 2)), ViewOptions(2, 0, False, "h100-sxm", lens_stat=stat))
+    fig = fig_lens(LensData(run, lens=_lenses(run, 2)), ViewOptions(2, 0, False, "h100-sxm", lens_stat=stat))
     heatmap = fig.data[0]
     prefill, *decodes = _lenses(run, 2)
     assert fig.layout.meta == {"view": "lens", "step": 2}
@@ -57,7 +58,7 @@ def test_a_token_is_written_where_it_takes_over_reading_up_and_in_the_top_row():
 
 def test_the_prefill_shows_its_positions_only():
     run, _ = hand_run(decode_steps=2)
-    heatmap = fig_lens(ViewData(run, lens=_lenses(run, 0)), ViewOptions(0, 0, False, "h100-sxm")).data[0]
+    heatmap = fig_lens(LensData(run, lens=_lenses(run, 0)), ViewOptions(0, 0, False, "h100-sxm")).data[0]
     assert len(heatmap.x) == len(run.steps[0].input_ids)
 
 

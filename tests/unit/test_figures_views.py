@@ -1,4 +1,5 @@
-"""Every view drawn from a `Run` built by hand: no model, no torch, no session (`fig_<view>(data, options)`)."""
+"""Every view drawn from a `Run` built by hand through the view table: no model, no torch, no session
+(each row's fetch, then its `fig_<view>(data, options)`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,22 @@ from figure_traces import TINY, hand_run
 
 from explorer.analysis.hardware import get_hardware
 from explorer.figures.attention import stack_attention
-from explorer.figures.views import FIGURES, VIEWS, AttentionRows, ViewData, ViewOptions, draw
+from explorer.figures.view_types import (
+    AttentionData, AttentionRows, RooflineData, RunData, SamplingData, ViewOptions, ViewServices, ViewSources,
+)
+from explorer.figures.views import VIEW_TABLE, VIEWS, draw, render
 from explorer.run import Run
 
 H100 = get_hardware("h100-sxm")
+
+
+def no_runner(*_):
+    raise AssertionError("a hand-built run's views asked the runner")
+
+
+# The runner's services as a front end without torch would lend them: catalogue machines only.
+CATALOGUE_ONLY = ViewServices(resolve_hardware=lambda key, device: get_hardware(key), measured_roofs=no_runner,
+                              hardware_key=lambda device: "this-machine", resample=no_runner)
 
 
 @pytest.fixture(scope="module")
@@ -19,34 +32,49 @@ def built():
     return hand_run(TINY, decode_steps=3)
 
 
-def data_for(run: Run, attention, view: str, options: ViewOptions) -> ViewData:
-    """What the handler fetches for `view` (`explorer.ui.views.view_data`), here by hand."""
+def data_for(run: Run, attention, view: str, options: ViewOptions) -> RunData:
+    """What the view table fetches for `view`, here built by hand."""
     shown = run.step(options.step).step_index
     if view == "attention":
         blocks = [attention.probs(step, options.layer) for step in range(shown + 1)]
-        return ViewData(run, attention=AttentionRows(stack_attention(blocks)))
+        return AttentionData(run, rows=AttentionRows(stack_attention(blocks)))
     if view == "roofline":
-        return ViewData(run, costs=tuple(run.costs(step) for step in sorted({0, shown})), hardware=H100)
-    if view == "lens":
-        return ViewData(run, lens=tuple(run.lens(step) for step in range(shown + 1)))
-    return ViewData(run)
+        return RooflineData(run, costs=tuple(run.costs(step) for step in sorted({0, shown})), hardware=H100)
+    return VIEW_TABLE[view].data(run)
 
 
-def test_every_view_draws_every_step_of_a_hand_built_run(built):
+def test_every_view_draws_every_step_of_a_hand_built_run_through_the_view_table(built):
     run, attention = built
-    assert VIEWS == tuple(FIGURES)
+    sources = ViewSources(attention, CATALOGUE_ONLY)
+    assert VIEWS == tuple(VIEW_TABLE) == ("forward", "journey", "attention", "kv_cache", "sampling", "roofline", "lens")
     for step in range(len(run.steps)):
         for layer in range(TINY.n_layers):
             options = ViewOptions(step, layer, False, "h100-sxm")
-            for view in VIEWS:
-                fig = draw(view, data_for(run, attention, view, options), options)
+            for view, row in VIEW_TABLE.items():
+                data = row.fetch(run, sources, options)
+                assert type(data) is row.data, view
+                fig = render(run, sources, options, view)
                 assert fig.layout.meta == {"view": view, "step": step}, (view, step, layer)
+                assert fig.to_json() == draw(view, data, options).to_json()
+
+
+def test_the_fetched_data_is_what_the_view_needs(built):
+    run, attention = built
+    sources = ViewSources(attention, CATALOGUE_ONLY)
+    options = ViewOptions(2, 1, False, "h100-sxm")
+    rows = VIEW_TABLE["attention"].fetch(run, sources, options).rows
+    np.testing.assert_array_equal(rows.values, data_for(run, attention, "attention", options).rows.values)
+    roofline = VIEW_TABLE["roofline"].fetch(run, sources, options)
+    assert roofline.hardware == H100 and not roofline.measured  # the run ran on no catalogue machine
+    assert roofline.costs == (run.costs(0), run.costs(2)) and roofline.executed == ()
+    lens = VIEW_TABLE["lens"].fetch(run, sources, options).lens
+    assert lens == tuple(run.lens(step) for step in range(3))
 
 
 def test_the_attention_view_draws_the_sources_blocks_stacked(built):
     run, attention = built
     options = ViewOptions(2, 1, True, "h100-sxm")
-    fig = FIGURES["attention"](data_for(run, attention, "attention", options), options)
+    fig = VIEW_TABLE["attention"].fig(data_for(run, attention, "attention", options), options)
     n = run.steps[2].context_length
     mean = np.zeros((n, n), np.float32)
     prefill = attention.probs(0, 1).mean(0)
@@ -62,14 +90,14 @@ def test_the_attention_view_draws_the_sources_blocks_stacked(built):
 def test_the_sampling_view_names_the_drawn_token_by_the_runs_piece(built):
     run, _ = built
     options = ViewOptions(1, 0, False, "h100-sxm")
-    fig = FIGURES["sampling"](ViewData(run), options)
+    fig = VIEW_TABLE["sampling"].fig(SamplingData(run), options)
     chosen = run.steps[1].sampling.token_id
     assert f"'{run.piece(chosen)}' (id {chosen})" in fig.layout.title.text
 
 
 def test_the_roofline_view_says_so_where_the_cost_model_has_no_costs(built):
     run, _ = built
-    fig = FIGURES["roofline"](ViewData(run), ViewOptions(0, 0, False, "h100-sxm"))
+    fig = VIEW_TABLE["roofline"].fig(RooflineData(run), ViewOptions(0, 0, False, "h100-sxm"))
     assert fig.layout.meta["view"] == "roofline" and "does not know" in fig.layout.annotations[0].text
 
 

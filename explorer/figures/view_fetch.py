@@ -1,85 +1,104 @@
-"""What each view needs, fetched from a run, then drawn by the pure `explorer.figures.views` functions:
-the one place both front ends (the app's handlers and the notebook `Explorer`) get a view's figure.
+"""What each view needs, fetched from a run: one `<view>_data(run, sources, options)` per view, named in
+its row of `explorer.figures.views.VIEW_TABLE`.
 
 Only what the view asked for is fetched: the shown layer's attention at each step (a matrix a long
 session did not keep within its memory budget is recomputed from its kept queries and KV cache),
 the steps' costs (computed once per step), the roofline's machine (the device the model runs on
 is probed on its first use, here, not while drawing: "this-machine", or the measured roofs drawn
 beside its datasheet entry), a sampling preview (sampling re-run on stored logits; the model is
-not run), and the logit lens of the steps shown (a live session computes a step's on its first request).
+not run), and the logit lens of the steps shown (a live session computes a step's on its first
+request). What needs the runner (the probe, the sampler) comes in `ViewSources.services`.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import plotly.graph_objects as go
 
 from explorer.analysis.hardware import THIS_MACHINE, Hardware
 from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
 from explorer.analysis.pooling import stack_key_masses
 from explorer.analysis.sinks import first_token_column_sum
-from explorer.config import SamplingSettings
-from explorer.figures.attention import pooling_factor, stack_attention, stack_rows
+from explorer.figures.attention import pooling_factor, stack_attention, stack_rows, zoom_window
 from explorer.figures.sampling import same_sampling
-from explorer.figures.views import AttentionRows, ViewData, ViewOptions, draw, zoom_window
+from explorer.figures.view_types import (
+    AttentionData, AttentionRows, ForwardData, LensData, RooflineData, RunData, SamplingData, SinkSums,
+    ViewOptions, ViewServices, ViewSources,
+)
 from explorer.run import AttentionSource, Run
 from explorer.trace import StepTrace
 
-# step index -> (its trace, [L, h] column sums of its attention on the first token): what a front end
-# keeps so that each step's sinks are computed once (`every_layer_sinks`).
-SinkSums = dict[int, tuple[StepTrace, np.ndarray | None]]
+
+def run_data(run: Run, sources: ViewSources, options: ViewOptions) -> RunData:
+    """The journey and KV-cache views: the run's traces are all they draw."""
+    return RunData(run)
 
 
-def view_data(run: Run, attention: AttentionSource, options: ViewOptions, view: str,
-              preview: SamplingSettings | None = None, saved: bool = False,
-              sink_sums: SinkSums | None = None) -> ViewData:
-    """What `view` needs to be drawn at `options`, fetched from the run, its attention source, the
-    probe and the sampler; `saved`: the run was read back from a file (no model, maybe another machine);
-    `sink_sums`: the sinks computed so far for this run, filled in here (None: computed afresh).
+def forward_data(run: Run, sources: ViewSources, options: ViewOptions) -> ForwardData:
+    """The forward pass: each stop's analytic cost at the prefill and the shown step (none for a
+    family the cost model does not know)."""
+    if run.spec is None:
+        return ForwardData(run)
+    return ForwardData(run, stop_costs=tuple(stop_costs(run.spec, run.step(step), options.layer)
+                                             for step in _steps_shown(run, options)))
+
+
+def attention_data(run: Run, sources: ViewSources, options: ViewOptions) -> AttentionData:
+    """The shown layer's attention rows and every layer's sinks (none in shape-only mode).
 
     Raises:
         SessionStateError: a saved run holds no attention for the shown layer and steps.
-        ConfigError: the roofline's machine is unknown.
     """
     shown = run.step(options.step)
-    if view == "forward" and run.spec is not None:
-        steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
-        return ViewData(run, stop_costs=tuple(stop_costs(run.spec, run.step(step), options.layer) for step in steps))
-    if view == "attention" and not shown.shape_only:
-        sinks = every_layer_sinks(run, attention, shown.step_index, {} if sink_sums is None else sink_sums)
-        return ViewData(run, attention=attention_rows(run, attention, options, shown), sinks=sinks)
-    if view == "roofline" and run.spec is not None:
-        from explorer.runner.probe import this_machine  # torch: imported when a view needs it, not with the app
+    if shown.shape_only:
+        return AttentionData(run)
+    sinks = every_layer_sinks(run, sources.attention, shown.step_index, sources.sink_sums)
+    return AttentionData(run, rows=attention_rows(run, sources.attention, options, shown), sinks=sinks)
 
-        steps = (0, shown.step_index) if shown.step_index > 0 else (0,)
-        executed = tuple(run.costs(step) for step in steps)
-        scenario = options.what_if
-        measured = _measured_on(shown.device, options.hardware, saved)
-        # a datasheet entry of the GPU the steps run on: its roofs as measured here beside them
-        measured_roofs = this_machine(shown.device) if measured and options.hardware != THIS_MACHINE else None
-        costs = tuple(scenario_costs(run.spec, own, scenario) for own in executed) if scenario.active else executed
-        return ViewData(run, costs=costs, executed=executed if scenario.active else (),
+
+def sampling_data(run: Run, sources: ViewSources, options: ViewOptions) -> SamplingData:
+    """The shown step's own draw, or `options.preview`'s on its stored logits where those settings
+    choose otherwise (settings that choose as the step did are its record, not a re-draw)."""
+    shown, preview = run.step(options.step), options.preview
+    if preview is None or shown.logits is None or shown.sampling is None \
+            or same_sampling(preview.to_dict(), shown.sampling.settings):
+        return SamplingData(run)
+    context = run.ids[: shown.context_length]
+    return SamplingData(run, preview=sources.services.resample(shown.logits, context, preview, preview.seed))
+
+
+def roofline_data(run: Run, sources: ViewSources, options: ViewOptions) -> RooflineData:
+    """The steps' costs (under the what-if), the sweeps, the machine and whether the measured points
+    belong on it.
+
+    Raises:
+        ConfigError: the roofline's machine is unknown.
+    """
+    if run.spec is None:
+        return RooflineData(run)
+    shown, services, scenario = run.step(options.step), sources.services, options.what_if
+    executed = tuple(run.costs(step) for step in _steps_shown(run, options))
+    measured = _measured_on(shown.device, options.hardware, sources.saved, services)
+    # a datasheet entry of the GPU the steps run on: its roofs as measured here beside them
+    measured_roofs = services.measured_roofs(shown.device) if measured and options.hardware != THIS_MACHINE else None
+    costs = tuple(scenario_costs(run.spec, own, scenario) for own in executed) if scenario.active else executed
+    return RooflineData(run, costs=costs, executed=executed if scenario.active else (),
                         sweeps=sweeps(run.spec, executed[-1], scenario, run.config.get("max_position_embeddings") or 4096),
-                        hardware=roofline_machine(run, options.hardware, saved),
+                        hardware=roofline_machine(run, options.hardware, services, sources.saved),
                         measured=measured, measured_roofs=measured_roofs)
-    if view == "lens" and not shown.shape_only:
-        return ViewData(run, lens=tuple(run.lens(step) for step in range(shown.step_index + 1)))
-    if view == "sampling" and preview is not None and shown.logits is not None and shown.sampling is not None \
-            and not same_sampling(preview.to_dict(), shown.sampling.settings):
-        # only settings that choose otherwise are a preview; the step's own are its record, not a re-draw
-        context = run.ids[: shown.context_length]
-        from explorer.runner.sampling import resample
-
-        return ViewData(run, preview=resample(shown.logits, context, preview, preview.seed))
-    return ViewData(run)
 
 
-def render(run: Run, attention: AttentionSource, options: ViewOptions, view: str,
-           preview: SamplingSettings | None = None, saved: bool = False,
-           sink_sums: SinkSums | None = None) -> go.Figure:
-    """The figure of one view (one of `explorer.figures.views.VIEWS`) at `options` (`view_data`, then
-    `draw`); for the sampling view, `preview` applies other settings to the step's stored logits."""
-    return draw(view, view_data(run, attention, options, view, preview, saved, sink_sums), options)
+def lens_data(run: Run, sources: ViewSources, options: ViewOptions) -> LensData:
+    """The logit lens of every step up to the shown one (none in shape-only mode)."""
+    shown = run.step(options.step)
+    if shown.shape_only:
+        return LensData(run)
+    return LensData(run, lens=tuple(run.lens(step) for step in range(shown.step_index + 1)))
+
+
+def _steps_shown(run: Run, options: ViewOptions) -> tuple[int, ...]:
+    """The prefill, then the shown decode step where one is shown."""
+    shown = run.step(options.step).step_index
+    return (0, shown) if shown > 0 else (0,)
 
 
 def attention_rows(run: Run, attention: AttentionSource, options: ViewOptions, shown: StepTrace) -> AttentionRows:
@@ -132,28 +151,24 @@ def _first_key_sums(trace: StepTrace, attention: AttentionSource) -> np.ndarray 
     return np.stack([first_token_column_sum(attention.probs(trace.step_index, record.layer), n) for record in records])
 
 
-def roofline_machine(run: Run, hardware: str, saved: bool = False) -> Hardware:
+def roofline_machine(run: Run, hardware: str, services: ViewServices, saved: bool = False) -> Hardware:
     """The roofline's machine: a catalogue entry or file, or "this-machine", the measured roofs of the
     device the run's model runs on (of the CPU for a saved run: its device is not this one).
 
     Raises:
         ConfigError: `hardware` is unknown.
     """
-    from explorer.runner.probe import resolve_hardware
-
-    return resolve_hardware(hardware, "cpu" if saved else run.latest.device)
+    return services.resolve_hardware(hardware, "cpu" if saved else run.latest.device)
 
 
-def own_hardware(device: str, saved: bool = False) -> str:
+def own_hardware(device: str, services: ViewServices, saved: bool = False) -> str:
     """The roofline machine a view shows unless another is chosen: the one a step on `device` ran on
     ("this-machine", or a GPU's catalogue entry); for a saved run, "this-machine" (the GPU it ran on,
     if any, cannot be named here)."""
-    from explorer.runner.devices import roofline_hardware_key
-
-    return THIS_MACHINE if saved else roofline_hardware_key(device)
+    return THIS_MACHINE if saved else services.hardware_key(device)
 
 
-def _measured_on(device: str, hardware: str, saved: bool) -> bool:
+def _measured_on(device: str, hardware: str, saved: bool, services: ViewServices) -> bool:
     """Whether the step's measured points belong on `hardware`'s roofline: it is the machine the step
     ran on. A saved run's GPU cannot be named here (this machine may have none, or another), so its
     measured points show only for a CPU or MPS run on "this-machine"."""
@@ -161,6 +176,4 @@ def _measured_on(device: str, hardware: str, saved: bool) -> bool:
         return False
     if saved:
         return not device.startswith("cuda") and hardware == THIS_MACHINE
-    from explorer.runner.devices import roofline_hardware_key
-
-    return hardware == roofline_hardware_key(device)
+    return hardware == services.hardware_key(device)
