@@ -18,7 +18,7 @@ from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts, scenario_costs
 from explorer.analysis.roofline import StepRoofline, costs_roofline
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
-from explorer.figures.kv_cache import bytes_text, total_bytes
+from explorer.figures.kv_bytes import bytes_text, total_bytes
 from explorer.figures.theme import si_text
 from explorer.run import Run
 from explorer.trace import StepTrace

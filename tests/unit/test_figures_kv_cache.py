@@ -16,15 +16,8 @@ import numpy as np
 import pytest
 from figure_traces import SMOLLM2, TINY, kv_snapshot, run_traces
 
-from explorer.figures.kv_cache import (
-    TAIL_POSITIONS,
-    byte_unit,
-    bytes_per_position,
-    bytes_text,
-    cache_grid,
-    kv_cache_figure,
-    shapes_text,
-)
+from explorer.figures.kv_bytes import byte_unit, bytes_per_position, bytes_text, shapes_text
+from explorer.figures.kv_cache import TAIL_POSITIONS, cache_grid, kv_cache_figure
 from explorer.trace import KVSnapshot, StepTrace
 
 PROMPT = 20
