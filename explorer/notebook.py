@@ -28,6 +28,7 @@ from explorer.figures.view_fetch import own_hardware
 from explorer.figures.view_types import ViewOptions, ViewSources
 from explorer.figures.views import VIEWS, render
 from explorer.run import AttentionSource, Run
+from explorer.runner.drive import decode_steps
 from explorer.runner.loading import LoadedModel, load
 from explorer.runner.session import InferenceSession
 from explorer.runner.view_services import RUNNER_SERVICES
@@ -128,10 +129,7 @@ class Explorer:
                                     if self.loaded is not None else "This is a saved run: there is no model to run.")
         if sampling:
             self.settings = replace(self.settings, **sampling)
-        traces = [self._session.decode_step(self.settings)]
-        while len(traces) < steps and not self._session.finished:
-            traces.append(self._session.decode_step(self.settings))
-        return traces
+        return list(decode_steps(self._session, steps, self.settings))
 
     def figure(self, view: str = "forward", step: int | None = None, layer: int = 0, *, average_heads: bool = False,
                hardware: str | None = None, zoom: int | None = None, presenter: bool = False,

@@ -32,6 +32,7 @@ from explorer.run_schema_fields import (
     ADVICE,
     DAMAGED,
     MAX_LINE_CHARS,
+    StepFacts,
     check_values,
     expect_flag,
     expect_list,
@@ -41,7 +42,7 @@ from explorer.run_schema_fields import (
     expect_whole,
     fail,
 )
-from explorer.run_schema_steps import StepFacts, check_trace
+from explorer.run_schema_steps import check_trace
 
 # A 39-token, 3-step run of the embedded model is 10.9 MB, and each further decode step adds about
 # 2.3 MB (its logits through the sampling stages): 512 MiB holds some 200 steps. Parsing a file this

@@ -6,6 +6,7 @@ raises the `ConfigError` that names the field's place in the file and what it mu
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,6 +19,22 @@ MAX_DIM = 2**31 - 1  # token ids, lengths and tensor dimensions
 MAX_LINE_CHARS = 1_000  # a model's name, its one-line description, a stop's name, a token's piece
 DAMAGED = "The saved run is incomplete or damaged: "
 ADVICE = " Load the file as the explorer exported it (Export run), or export the run again."
+
+
+@dataclass
+class StepFacts:
+    """What the steps checked so far fix for the steps after them."""
+
+    n_layers: int = 0
+    vocab: int = 0
+    heads: int = 0  # h_q
+    kv_heads: list[int] = field(default_factory=list)  # h_kv per layer
+    kv_lengths: list[int] = field(default_factory=list)  # per layer, the KV length after the last step
+    context: int = 0  # n after the last step
+    hidden: int = 0  # d, the embedding's width
+    head_dim: int = 0  # d_h, from the KV cache
+    fed: list[int] = field(default_factory=list)  # every id fed so far, in order
+    batch: int = 0  # B, sequences run together (the prefill's embed fixes it)
 
 
 def check_values(value, where: str, depth: int) -> None:

@@ -5,11 +5,11 @@ routing and its logit lens, each against the shapes the run's steps fix (`StepFa
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from explorer.run_schema_fields import (
+    StepFacts,
     expect_array,
     expect_list,
     expect_number,
@@ -19,9 +19,6 @@ from explorer.run_schema_fields import (
     fail,
 )
 from explorer.trace import LensRecord, RoutingRecord
-
-if TYPE_CHECKING:
-    from explorer.run_schema_steps import StepFacts
 
 ROUTING_KEYS = tuple(f.name for f in fields(RoutingRecord))
 LENS_KEYS = tuple(f.name for f in fields(LensRecord))

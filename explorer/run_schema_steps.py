@@ -1,13 +1,13 @@
 """The schema of a saved run's steps: each step's trace checked field by field against the steps before
 it (ids and pieces, the context length, the KV cache, the stops, the logits and the sampling record),
-with what it fixes for the steps after it (`StepFacts`). Its attention, routing and logit-lens records:
+with what it fixes for the steps after it (`explorer.run_schema_fields.StepFacts`). Its attention, routing and logit-lens records:
 `explorer.run_schema_records`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 
 from explorer.analysis.precision import canonical_dtype
 from explorer.config import SamplingSettings
@@ -17,6 +17,7 @@ from explorer.run_schema_fields import (
     DAMAGED,
     MAX_LINE_CHARS,
     MAX_WHOLE,
+    StepFacts,
     expect_flag,
     expect_list,
     expect_logits,
@@ -41,22 +42,6 @@ OPTIONAL_TRACE_KEYS = ("batch_texts", "routing")
 OP_KEYS = tuple(f.name for f in fields(OpRecord))
 KV_KEYS = tuple(f.name for f in fields(KVSnapshot))
 SETTINGS_KEYS = tuple(f.name for f in fields(SamplingSettings))
-
-
-@dataclass
-class StepFacts:
-    """What the steps checked so far fix for the steps after them."""
-
-    n_layers: int = 0
-    vocab: int = 0
-    heads: int = 0  # h_q
-    kv_heads: list[int] = field(default_factory=list)  # h_kv per layer
-    kv_lengths: list[int] = field(default_factory=list)  # per layer, the KV length after the last step
-    context: int = 0  # n after the last step
-    hidden: int = 0  # d, the embedding's width
-    head_dim: int = 0  # d_h, from the KV cache
-    fed: list[int] = field(default_factory=list)  # every id fed so far, in order
-    batch: int = 0  # B, sequences run together (the prefill's embed fixes it)
 
 
 def check_trace(trace, where: str, index: int, run: StepFacts) -> None:

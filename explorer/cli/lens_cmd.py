@@ -35,12 +35,13 @@ def run(args: argparse.Namespace) -> int:
     if args.step < 0:
         raise ExplorerError("--step must be 0 (the prefill) or more.")
     loaded = load_for(args)
+    from explorer.runner.drive import decode_steps
     from explorer.runner.session import InferenceSession
 
     session = InferenceSession(loaded, SamplingSettings(max_new_tokens=args.step + 1))
     trace = session.prefill(args.prompt, use_chat_template=args.chat_template)
-    while trace.step_index < args.step and not session.finished:
-        trace = session.decode_step()
+    if not session.finished:
+        trace = [trace, *decode_steps(session, args.step)][-1]
     print(f"model: {loaded.description}")
     print("\n".join(lens_lines(trace, session.run.lens(trace.step_index), session.pieces)))
     return 0

@@ -9,8 +9,8 @@ from pathlib import Path
 from explorer.config import SamplingSettings
 from explorer.errors import ExplorerError, PromptError
 from explorer.journey import journey_header, journey_rows, shape_text, step_label, timing_note
-from explorer.run import AttentionSource, step_to_dict
-from explorer.trace import StepTrace, dumps
+from explorer.saved import save_run
+from explorer.trace import StepTrace
 
 DEFAULT_STEPS = 3
 
@@ -48,7 +48,8 @@ def register(subparsers) -> None:
                         help="auto (CUDA, then Apple MPS, then CPU), cpu, cuda, cuda:1, mps")
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                         help="weights' dtype; auto: bfloat16 on CUDA, float32 on CPU and MPS")
-    parser.add_argument("--json", type=Path, help="write every step's whole trace to this file")
+    parser.add_argument("--json", type=Path, help="save the whole run to this file (the saved-run format: it "
+                        "opens in the app and with Explorer.open)")
     parser.set_defaults(handler=run)
 
 
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         ExplorerError: bad input (checked before the model loads where possible) or an unwritable --json.
     """
+    from explorer.runner.drive import decode_steps
     from explorer.runner.loading import load, resolved_model_config
     from explorer.runner.session import InferenceSession
 
@@ -74,15 +76,15 @@ def run(args: argparse.Namespace) -> int:
                               enable_thinking=args.thinking, batch=1 if prompts else args.batch,
                               lm_head_all=args.lm_head_all, prompts=prompts,
                               on_start=_say_estimate)]
-    while len(traces) <= args.steps and not session.finished:
-        traces.append(session.decode_step())
+    if not session.finished:
+        traces += decode_steps(session, args.steps)
     print_journey(traces, session.text, args.layer)
     if prompts:
         print("\nevery sequence (sequence 0 above; left-padded to the longest prompt):")
         for b, text in enumerate(session.batch_texts):
             print(f"  {b}: {prompts[b]!r} -> {text!r}")
     if args.json:
-        _write_json(args.json, traces, session.attention)
+        _write_json(args.json, session)
     return 0
 
 
@@ -133,13 +135,16 @@ def _check_layer(layer: int, n_layers: int) -> None:
         raise ExplorerError(f"--layer must be in 0..{n_layers - 1} for this model ({n_layers} layers).")
 
 
-def _write_json(path: Path, traces: list[StepTrace], attention: AttentionSource) -> None:
-    """Every step's whole trace, each attention record with its probabilities."""
-    try:
-        path.write_bytes(dumps([step_to_dict(trace, attention) for trace in traces]))
-    except OSError as exc:
-        raise ExplorerError(f"Cannot write the trace to {path}: {exc.strerror}.") from exc
-    print(f"\nwrote {len(traces)} step traces to {path} ({path.stat().st_size / 1e6:.1f} MB)")
+def _write_json(path: Path, session) -> None:
+    """The whole run in the saved-run format (`explorer.saved`), every attention matrix with it: the
+    file opens in the app (Load a saved run) and in `Explorer.open`.
+
+    Raises:
+        ExportError: the file cannot be written.
+    """
+    save_run(session.run, session.attention, path)
+    print(f"\nwrote the run ({len(session.run.steps)} steps) to {path} ({path.stat().st_size / 1e6:.1f} MB); "
+          "open it in the app or with Explorer.open")
 
 
 def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:

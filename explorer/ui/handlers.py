@@ -27,12 +27,14 @@ from explorer.figures.theme import empty_figure, plain_label
 from explorer.figures.views import VIEWS, ViewOptions
 from explorer.journey import step_label
 from explorer.run import Run
+from explorer.runner.drive import decode_steps
 from explorer.runner.prompts import check_prompt_chars
 from explorer.saved import load_run
 from explorer.ui.export import export_label, plan_export, size_text, write_export, write_view_html
 from explorer.ui.hosting import Limits, Served, client_address
 from explorer.ui.links import LINK_FIELDS, query_string, values_from_query
 from explorer.ui.plain import markdown_text
+from explorer.ui.startup import prompt_label
 from explorer.ui.status import generated_text, status_text, strip_html
 from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.views import Visit, own_hardware, render
@@ -57,11 +59,6 @@ APP_EQUIVALENCE_STEPS = 8  # the experiment holds the shared model: few steps in
 # visit, status, token strip, text, step menu, layer slider, the "go on from which step" question, Reset's
 # "are you sure" question, the views
 STEP_OUTPUTS = 8 + len(VIEWS)
-
-
-def prompt_label(takes_text: bool) -> str:
-    """The prompt box's label: plain, or saying that a model without a tokenizer does not read it."""
-    return "Prompt" if takes_text else "Prompt (not used: this shape-only model has no tokenizer; set its length below)"
 
 
 def _layer_progress(progress: gr.Progress):
@@ -346,11 +343,8 @@ def _decode(visit: Visit, count: int, controls: tuple):
         yield _ended_outputs(visit)
         return
     settings = allowed_settings(settings_from(*sampling), visit.limits)  # kept only if the step runs
-    for _ in range(count):
-        session.decode_step(settings)
+    for _ in decode_steps(session, count, settings):
         yield step_outputs(visit, *view_controls)
-        if session.finished:
-            return
 
 
 def _pending(visit: Visit) -> tuple[int, int]:

@@ -18,9 +18,9 @@ from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
 from explorer.config import SamplingSettings
+from explorer.figures.attention import ZOOM_TOKENS
 from explorer.figures.lens import LENS_STATS
 from explorer.figures.theme import empty_figure
-from explorer.figures.attention import ZOOM_TOKENS
 from explorer.figures.views import VIEWS
 from explorer.runner.prompts import max_prompt_chars
 from explorer.ui import handlers, lesson
@@ -30,7 +30,7 @@ from explorer.ui.handlers import PROMPT_INPUTS, SAMPLING_FIELDS, VIEW_INPUTS, WH
 from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
 from explorer.ui.links import LINK_FIELDS, RANGES
 from explorer.ui.models import ModelRegistry
-from explorer.ui.startup import LOADING_STATUS, ModelFacts, PendingModel, on_model_ready
+from explorer.ui.startup import LOADING_STATUS, ModelFacts, PendingModel, on_model_ready, prompt_label
 from explorer.ui.static import asset_text
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ def _examples(c: dict) -> None:
 def _prompt_box(app: ServedHandlers) -> gr.Textbox:
     """The prompt (its label says when the start-up model reads no text)."""
     registry = app.served.registry
-    return gr.Textbox(examples()[0]["prompt"], label=handlers.prompt_label(registry.takes_text(registry.default_choice)),
+    return gr.Textbox(examples()[0]["prompt"], label=prompt_label(registry.takes_text(registry.default_choice)),
                       elem_id="prompt-box", lines=2, max_lines=6, scale=3, min_width=320, render=False,
                       max_length=max_prompt_chars(app.served.limits.max_prompt_tokens))  # typing and pasting stop there
 

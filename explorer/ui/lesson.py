@@ -15,6 +15,7 @@ from explorer.errors import ExplorerError, SessionStateError
 from explorer.figures.theme import empty_figure, plain_label
 from explorer.figures.views import VIEWS
 from explorer.lesson import PAGES, LessonInputs, LessonPage, page_layer, page_text
+from explorer.runner.drive import decode_steps
 from explorer.ui import handlers
 from explorer.ui.toasts import shows_errors
 from explorer.ui.views import Visit, every_layer_sinks, roofline_machine
@@ -86,7 +87,7 @@ def _ensure_decode_step(visit: Visit, sampling: tuple) -> bool:
     if visit.saved:
         raise SessionStateError("This saved run holds only its prefill; the lesson needs a decode step. "
                                 "Press Prefill to start a live run.")
-    visit.session.decode_step(handlers.allowed_settings(handlers.settings_from(*sampling), visit.limits))
+    next(decode_steps(visit.session, 1, handlers.allowed_settings(handlers.settings_from(*sampling), visit.limits)))
     return True
 
 

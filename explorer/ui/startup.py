@@ -134,6 +134,11 @@ def ready_text(facts: ModelFacts) -> str:
     return f"**Model loaded:** {markdown_text(facts.description)}."
 
 
+def prompt_label(takes_text: bool) -> str:
+    """The prompt box's label: plain, or saying that a model without a tokenizer does not read it."""
+    return "Prompt" if takes_text else "Prompt (not used: this shape-only model has no tokenizer; set its length below)"
+
+
 def on_model_ready(pending: PendingModel) -> tuple:
     """The page's controls once the start-up model is loaded (it waits; the status line says
     `LOADING_STATUS` meanwhile): the status line, the model menu's note, the layer slider's range,
@@ -142,8 +147,6 @@ def on_model_ready(pending: PendingModel) -> tuple:
     A load that failed is said on the status line (the page stays usable: saved runs, other models).
     """
     import gradio as gr
-
-    from explorer.ui.handlers import prompt_label
 
     pending.wait()
     try:

@@ -3,14 +3,13 @@ times as medians over the layers with their spread, none in shape-only mode."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
 import pytest
 
 from explorer.cli import main
-from explorer.trace import StepTrace
+from explorer.saved import load_run
 
 
 def test_another_layer_can_be_printed(capsys):
@@ -118,7 +117,7 @@ def test_embedded_trace_prints_the_median_and_spread_over_the_layers(embedded_mo
     path = tmp_path / "trace.json"
     assert main(["trace", "What is the capital of France?", "--steps", "1", "--layer", "4", "--json", str(path)]) == 0
     out = capsys.readouterr().out
-    prefill, decode = (StepTrace.from_dict(step) for step in json.loads(path.read_text()))
+    prefill, decode = load_run(path)[0].steps
     # a row's cells: stop, kind, prefill shapes, prefill ms, decode shapes, decode ms (2+ spaces apart)
     cells = {line.split()[0]: re.split(r" {2,}", line) for line in out.splitlines()
              if line.startswith(("layers.4.", "lm_head", "sample"))}
@@ -142,12 +141,12 @@ def test_embedded_trace_writes_every_step_as_json(embedded_model, capsys, tmp_pa
     assert main(["trace", "What is the capital of France?", "--steps", "3", "--json", str(path)]) == 0
     out = capsys.readouterr().out
     assert "Q4_1 GGUF build de-quantised to float32" in out
-    steps = json.loads(path.read_text())
-    traces = [StepTrace.from_dict(step) for step in steps]
-    for step in steps:  # every attention matrix, at its shape, rows summing to 1
-        for record in step["attention"]:
-            probs = np.asarray(record["probs"], np.float32)
-            assert list(probs.shape) == record["shape"]
+    run, attention = load_run(path)
+    traces = run.steps
+    for trace in traces:  # every attention matrix, at its shape, rows summing to 1
+        for record in trace.attention:
+            probs = attention.probs(trace.step_index, record.layer)
+            assert list(probs.shape) == list(record.shape)
             np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
     assert [t.stage for t in traces] == ["prefill", "decode", "decode", "decode"]
     assert [t.kv[0].key_shape[2] for t in traces] == [traces[0].context_length + k for k in range(4)]

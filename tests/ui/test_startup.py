@@ -17,7 +17,7 @@ from tiny_models import tiny_model
 
 from explorer.errors import ModelLoadError
 from explorer.runner.loading import load_shape_only
-from explorer.ui.handlers import prompt_label
+from explorer.ui.startup import prompt_label
 from explorer.ui.hosting import HOSTED, LOCAL, Served
 from explorer.ui.layout import MODEL_QUEUE
 from explorer.ui.models import ModelRegistry
