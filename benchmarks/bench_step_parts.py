@@ -45,7 +45,7 @@ def main() -> None:
         start = time.perf_counter()
         visit.session.decode_step()
         stepped = time.perf_counter()
-        handlers.step_outputs(visit, **view)
+        handlers.step_outputs(visit, handlers.ViewControls(**view))
         drawn = time.perf_counter()
         handlers.on_export_label(visit)
         for name, seconds in zip(parts, (stepped - start, drawn - stepped, time.perf_counter() - drawn), strict=True):

@@ -26,7 +26,14 @@ from explorer.runner.prompts import max_prompt_chars
 from explorer.ui import handlers, lesson
 from explorer.ui.api import API
 from explorer.ui.export import remove_leftovers, size_text
-from explorer.ui.handlers import PROMPT_INPUTS, SAMPLING_FIELDS, VIEW_INPUTS, WHAT_IF_FIELDS, ServedHandlers
+from explorer.ui.handlers import (
+    PROMPT_INPUTS,
+    SAMPLING_FIELDS,
+    STEP_OUTPUT_NAMES,
+    VIEW_INPUTS,
+    WHAT_IF_FIELDS,
+    ServedHandlers,
+)
 from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
 from explorer.ui.links import LINK_FIELDS, RANGES
 from explorer.ui.models import ModelRegistry
@@ -215,7 +222,7 @@ def _view_settings(facts: ModelFacts) -> dict[str, gr.components.Component]:
         lens_stat = gr.Radio([(label, key) for key, (label, _) in LENS_STATS.items()], value="top1",
                              label="Logit lens: colour by", elem_id="lens-stat")
         presenter = gr.Checkbox(False, label="Presenter mode (projector)", elem_id="presenter-mode")
-    return {"average": average, "zoom": zoom, "hardware": hardware, "lens_stat": lens_stat, "sink": sink,
+    return {"average_heads": average, "zoom": zoom, "hardware": hardware, "lens_stat": lens_stat, "sink": sink,
             "presenter": presenter}
 
 
@@ -354,7 +361,7 @@ def _plots(c: dict) -> list[gr.Plot]:
 
 
 def _step_outputs(c: dict) -> list:
-    return [*_named(c, ("visit", "status", "strip", "text", "step", "layer", "offer", "confirm_reset")), *_plots(c)]
+    return [*_named(c, STEP_OUTPUT_NAMES), *_plots(c)]
 
 
 def _wire_model(c: dict, app: ServedHandlers) -> None:
@@ -418,7 +425,7 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
                           api_description=API["export"]).success(handlers.show_download, c["export_file"],
                                                                  c["export_file"], **shown)
     # the view drawn again may recompute attention: the model queue
-    c["html_btn"].click(handlers.on_view_html_click, [*_named(c, ("visit", "step", "layer", "average", "hardware",
+    c["html_btn"].click(handlers.on_view_html_click, [*_named(c, ("visit", "step", "layer", "average_heads", "hardware",
                                                                   "shown", "presenter", "zoom", "what_if")),
                                                       *_named(c, SAMPLING_FIELDS)], c["html_file"],
                         concurrency_id=MODEL_QUEUE, validator=app.validate_model_event,
@@ -434,8 +441,7 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
 
 def _wire_lesson(c: dict, app: ServedHandlers) -> None:
     """The lesson's buttons: each page may run a decode step (the model queue) and draws its view."""
-    inputs = [c["visit"], c["lesson_page"], *_named(c, SAMPLING_FIELDS), *_named(c, ("average", "hardware", "presenter",
-                                                                                     "zoom"))]
+    inputs = [c["visit"], c["lesson_page"], *_named(c, SAMPLING_FIELDS), *_named(c, VIEW_INPUTS)]
     outputs = [*_step_outputs(c), *_named(c, lesson.LESSON_OUTPUTS)]
     for button, delta in ((c["lesson_btn"], 0), (c["lesson_prev"], -1), (c["lesson_next"], 1)):
         button.click(lesson.on_lesson_move(delta), inputs, outputs, concurrency_id=MODEL_QUEUE,
@@ -460,13 +466,13 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     """View controls and tabs redraw the view on screen without a step (attention may be recomputed:
     the model queue)."""
     plots = _plots(c)
-    view_inputs = _named(c, ("visit", "step", "layer", "average", "hardware"))
+    view_inputs = _named(c, ("visit", "step", "layer", "average_heads", "hardware"))
     change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"], c["what_if"]]
     model_queue = {"concurrency_id": MODEL_QUEUE, "validator": app.validate_model_event, "api_visibility": "private"}
     redraw = {**model_queue, "show_progress": "minimal"}
     c["step"].input(handlers.on_step_change, change_inputs, [*_named(c, ("status", "strip", "text", "offer")), *plots],
                     **redraw)
-    for control in (c["layer"], c["average"], c["zoom"]):
+    for control in (c["layer"], c["average_heads"], c["zoom"]):
         control.input(handlers.on_view_change, change_inputs, plots, **redraw)
     c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, **model_queue)
     for view in VIEWS:
@@ -480,7 +486,7 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     c["lens_stat"].input(handlers.on_lens_stat_change, _named(c, ("visit", "lens_stat", "step", "presenter")),
                          c["plots"]["lens"], show_progress="hidden", api_visibility="private")
     c["sink"].change(handlers.on_sink_threshold_change,
-                     _named(c, ("visit", "sink", "step", "layer", "average", "presenter", "zoom")),
+                     _named(c, ("visit", "sink", "step", "layer", "average_heads", "presenter", "zoom")),
                      c["plots"]["attention"], show_progress="hidden", **model_queue)
     c["hardware"].input(handlers.on_hardware_change, _named(c, ("visit", "step", "hardware", "presenter", "what_if")),
                         c["plots"]["roofline"], api_visibility="private")

@@ -8,15 +8,17 @@ lesson says so): the lesson drives the real run, it does not show a canned one.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import gradio as gr
 
 from explorer.analysis.measured import Scenario
 from explorer.errors import ExplorerError, SessionStateError
 from explorer.figures.theme import empty_figure, plain_label
-from explorer.figures.views import VIEWS
 from explorer.lesson import PAGES, LessonInputs, LessonPage, page_layer, page_text
 from explorer.runner.drive import decode_steps
-from explorer.ui import handlers
+from explorer.ui.handlers.controls import SamplingControls, ViewControls, split_controls
+from explorer.ui.handlers.outputs import latest_step
 from explorer.ui.toasts import shows_errors
 from explorer.ui.views import Visit, every_layer_sinks, roofline_machine
 
@@ -31,14 +33,15 @@ def on_lesson_move(delta: int):
 
     @shows_errors
     def move(visit: Visit | None, index: int | None, *controls):
-        sampling, (average, hardware, presenter, zoom) = controls[:handlers.SAMPLING_INPUTS], \
-            controls[handlers.SAMPLING_INPUTS:]
+        """`controls`: the sampling controls, then the view controls' layer, heads averaged, machine,
+        view on screen, presenter mode and zoom (the page sets the layer, the view and the what-if)."""
+        sampling, view = split_controls(controls)
         if visit is None or not visit.open:
             raise SessionStateError("The lesson speaks of your own run: type a prompt (or keep the example), "
                                     "press Prefill, then open the lesson.")
         index = 0 if index is None else max(0, min(index + delta, len(PAGES) - 1))
         ran = _ensure_decode_step(visit, sampling)
-        return lesson_outputs(visit, index, average, hardware, presenter, zoom, ran)
+        return lesson_outputs(visit, index, view, ran)
 
     return move
 
@@ -48,34 +51,34 @@ def on_lesson_close():
     return gr.update(visible=False), None
 
 
-def lesson_outputs(visit: Visit, index: int, average: bool, hardware: str, presenter: bool, zoom: str | None,
-                   ran: bool = False) -> tuple:
-    """The step outputs with page `index`'s view drawn, then `LESSON_OUTPUTS`."""
+def lesson_outputs(visit: Visit, index: int, view: ViewControls, ran: bool = False) -> tuple:
+    """The step outputs with page `index`'s view drawn (its layer, view and what-if in place of
+    `view`'s), then `LESSON_OUTPUTS`."""
     page = PAGES[index]
     run = visit.run
     n_layers = len(run.steps[0].kv)
     layer, step = page_layer(page, n_layers), len(run.steps) - 1
     scenario = Scenario(batch=page.batch)
-    machine = roofline_machine(visit, hardware)
+    machine = roofline_machine(visit, view.hardware)
     q_len = run.steps[step].attention[layer].shape[1] if run.steps[step].attention else 0
     # the step's last query row only: a long prefill's whole matrix is not needed
     attention = visit.attention.probs(step, layer, rows=(q_len - 1, q_len)) if visit.attention.has(step, layer) else None
     sinks = every_layer_sinks(visit, step) if page.key == "sinks" and not run.steps[step].shape_only else None
     text = page_text(page, LessonInputs(run, step, layer, machine, attention, sinks, visit.sink_threshold,
                                         run.equivalence))
+    view = replace(view, layer=layer, shown=page.view, what_if=scenario)
     try:
-        outputs = handlers.step_outputs(visit, layer, average, hardware, page.view, presenter, zoom, scenario)
+        outputs = latest_step(visit, view)
     except ExplorerError as exc:  # a saved run without this view's values: the figure says so
-        outputs = handlers.step_outputs(visit, layer, average, hardware, "", presenter, zoom, scenario)
-        outputs = (*outputs[: -len(VIEWS)],
-                   *(empty_figure(view, plain_label(str(exc))) if view == page.view else gr.skip() for view in VIEWS))
+        outputs = latest_step(visit, replace(view, shown=""))
+        outputs.views = {page.view: empty_figure(page.view, plain_label(str(exc)))}
     # a roofline page sets the what-if it speaks of (and its batch box, so the settings say so)
     what_if = (scenario, page.batch) if page.view == "roofline" else (gr.skip(), gr.skip())
-    return (*outputs, gr.update(visible=True), _page_markdown(page, index, text, ran), index,
+    return (*outputs.values(), gr.update(visible=True), _page_markdown(page, index, text, ran), index,
             gr.update(selected=page.view), page.view, *what_if)
 
 
-def _ensure_decode_step(visit: Visit, sampling: tuple) -> bool:
+def _ensure_decode_step(visit: Visit, sampling: SamplingControls) -> bool:
     """Run one decode step where the run has only its prefill (the pages speak of a decode step);
     True if one ran.
 
@@ -87,7 +90,7 @@ def _ensure_decode_step(visit: Visit, sampling: tuple) -> bool:
     if visit.saved:
         raise SessionStateError("This saved run holds only its prefill; the lesson needs a decode step. "
                                 "Press Prefill to start a live run.")
-    next(decode_steps(visit.session, 1, handlers.allowed_settings(handlers.settings_from(*sampling), visit.limits)))
+    next(decode_steps(visit.session, 1, sampling.allowed(visit.limits)))
     return True
 
 

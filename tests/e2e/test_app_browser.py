@@ -261,10 +261,10 @@ def test_a_shared_link_fills_the_prompt_and_the_settings(open_app):
 
 
 def test_a_prefill_clicked_as_soon_as_a_links_page_allows_runs_with_the_links_settings(browser, app_url, monkeypatch):
-    from explorer.ui import handlers
+    from explorer.ui.handlers import served
 
-    read = handlers.values_from_query
-    monkeypatch.setattr(handlers, "values_from_query", lambda params: (time.sleep(3), read(params))[1])  # a slow load
+    read = served.values_from_query
+    monkeypatch.setattr(served, "values_from_query", lambda params: (time.sleep(3), read(params))[1])  # a slow load
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
         page = context.new_page()

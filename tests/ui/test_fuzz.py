@@ -115,9 +115,9 @@ def test_settings_from_form_values_are_valid_or_a_settings_error(values):
 
 @settings(max_examples=200, **FUZZ)
 @given(raw_controls)
-def test_the_handlers_settings_from_is_valid_or_a_settings_error(values):
+def test_the_sampling_controls_settings_are_valid_or_a_settings_error(values):
     try:
-        check_settings(handlers.settings_from(*values))
+        check_settings(handlers.SamplingControls(*values).settings())
     except SamplingSettingsError:
         pass
 

@@ -6,6 +6,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
+from explorer.analysis.measured import Scenario
 from explorer.config import preset_names
 from explorer.journey import step_label
 from explorer.runner import loading
@@ -338,7 +339,7 @@ def test_a_what_if_redraws_the_roofline_without_running_the_model(served):
     scenario, figure = handlers.on_what_if_change(visit, 1, "h100-sxm", False, 64, 4096, None, "as run", "as run",
                                                   "fp8", True, True, False)
     assert visit.run.steps == steps  # no step was run
-    assert scenario == handlers.Scenario(batch=64, context=4096, kv="fp8", merged=True, fused=True)
+    assert scenario == Scenario(batch=64, context=4096, kv="fp8", merged=True, fused=True)
     assert figure.layout.title.text.startswith("What-if B = 64, n = 4,096, KV fp8, merged projections, fused attention, against")
     # a later redraw of the roofline (its tab, another step) keeps the what-if
     _, again = handlers.on_tab_select("roofline")(visit, 1, 1, False, "h100-sxm", False, "", scenario)

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 
+import gradio as gr
 import numpy as np
 import pytest
 
 from explorer.analysis.sinks import key_importance
 from explorer.errors import ConfigError
 from explorer.figures.attention import stack_attention
+from explorer.figures.views import VIEWS
 from explorer.saved import load_run, save_run
 from explorer.ui import handlers
 from explorer.ui.views import every_layer_sinks
 
 GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)
 VIEW = (1, False, "h100-sxm", "attention")  # layer, average over heads, roofline hardware, the view on screen
-VIEW_INDEX = handlers.VIEWS.index("attention")
+VIEW_INDEX = VIEWS.index("attention")
 
 
 def _visit(served, decode_steps: int = 2):
@@ -82,7 +84,7 @@ def test_the_lens_statistic_is_kept_for_later_redraws(served):
     np.testing.assert_array_equal(figure.data[0].z[:, -1], visit.run.lens(2).entropy_bits[:, 0])
     redrawn = handlers.on_tab_select("lens")(visit, 2, 1, False, "h100-sxm")[1]
     np.testing.assert_array_equal(redrawn.data[0].z, figure.data[0].z)
-    assert handlers.on_lens_stat_change(visit, "<b>", 2) == handlers.gr.skip()
+    assert handlers.on_lens_stat_change(visit, "<b>", 2) == gr.skip()
 
 
 
@@ -97,7 +99,7 @@ def test_the_equivalence_experiment_runs_on_the_prefills_prompt_and_is_kept(serv
 
 
 def test_the_equivalence_experiment_needs_a_model():
-    with pytest.raises(handlers.gr.Error, match="Run a prefill first"):
+    with pytest.raises(gr.Error, match="Run a prefill first"):
         handlers.on_equivalence_click(None, 4)
 
 

@@ -16,7 +16,7 @@ from explorer.ui.models import SHAPE_ONLY_PREFIX
 from explorer.ui.views import every_layer_sinks
 
 SAMPLED = (True, 0.9, 5, 0.8, 0.0, 4, 8)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
-CONTROLS = (*SAMPLED, False, "h100-sxm", False, "")  # then heads averaged, hardware, presenter, zoom
+CONTROLS = (*SAMPLED, 0, False, "h100-sxm", "forward", False, "")  # then the view controls (VIEW_INPUTS)
 STEP_OUTPUTS = handlers.STEP_OUTPUTS
 VIEWS = ("forward", "journey", "attention", "kv_cache", "sampling", "roofline", "lens")
 

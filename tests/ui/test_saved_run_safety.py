@@ -22,6 +22,7 @@ from explorer.figures.views import VIEWS, ViewOptions
 from explorer.runner.session import InferenceSession
 from explorer.saved import load_run, save_run
 from explorer.ui import handlers
+from explorer.ui.handlers import outputs as outputs_module
 from explorer.ui.hosting import LOCAL
 from explorer.ui.status import status_text
 from explorer.ui.tokens import token_strip_html
@@ -290,14 +291,14 @@ def test_a_run_refused_by_the_schema_leaves_the_pages_session(served, run, tmp_p
 def test_a_run_that_fails_to_draw_leaves_the_pages_session(served, run, tmp_path, monkeypatch):
     # finding 7: the saved run was admitted (the live session closed) before its figure was drawn
     live = live_session(served)
-    real_render = handlers.render
+    real_render = outputs_module.render
 
     def render_failing_on_kv(visit, options, view, preview=None):
         if view == "kv_cache":
             raise ValueError("a view the schema did not foresee")
         return real_render(visit, options, view, preview)
 
-    monkeypatch.setattr(handlers, "render", render_failing_on_kv)
+    monkeypatch.setattr(outputs_module, "render", render_failing_on_kv)
     with pytest.raises(gr.Error) as caught:
         handlers.ServedHandlers(served).on_import_upload(FakeRequest("page"), write(tmp_path, run), 0, False,
                                                          "h100-sxm", "kv_cache")
