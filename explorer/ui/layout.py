@@ -23,27 +23,21 @@ from explorer.figures.lens import LENS_STATS
 from explorer.figures.theme import empty_figure
 from explorer.figures.views import VIEWS
 from explorer.runner.prompts import max_prompt_chars
-from explorer.ui import handlers, lesson
-from explorer.ui.api import API
+from explorer.ui import handlers
 from explorer.ui.export import remove_leftovers, size_text
 from explorer.ui.handlers import (
-    PROMPT_INPUTS,
-    SAMPLING_FIELDS,
-    STEP_OUTPUT_NAMES,
-    VIEW_INPUTS,
-    WHAT_IF_FIELDS,
     ServedHandlers,
 )
 from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
-from explorer.ui.links import LINK_FIELDS, RANGES
+from explorer.ui.links import RANGES
 from explorer.ui.models import ModelRegistry
-from explorer.ui.startup import LOADING_STATUS, ModelFacts, PendingModel, on_model_ready, prompt_label
+from explorer.ui.startup import LOADING_STATUS, ModelFacts, PendingModel, prompt_label
 from explorer.ui.static import asset_text
+from explorer.ui.wiring import MODEL_QUEUE, named, wire
 
 if TYPE_CHECKING:
     from explorer.runner.loading import LoadedModel
 
-MODEL_QUEUE = "model"  # every event that may run the model shares one queue
 # Gradio drops a page's state (its Visit) an hour after its last event; the session's memory is freed
 # sooner, when its page closes or its lease runs out (hosting.LiveSessions).
 SESSION_TTL_S = 3600
@@ -62,20 +56,9 @@ SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · *
 TITLE = ("**LLM Inference Explorer** · a prompt, its **prefill**, then one **decode** step at a time · "
          "**Lesson** (key **L**): a tour of your run · "
          '<span class="hint">model, sampling, examples, presenter mode: the settings at the left (key **S**)</span>')
-# The page's own text follows presenter mode at once (the figures are redrawn on the server); the
-# presenter flag is the third-to-last input of a view change (then the zoom and the what-if).
-# The figure of the selected tab, saved by plotly.js in the browser (named after its layout.meta).
-SAVE_SVG_JS = """() => {
-  const figure = [...document.querySelectorAll('#views .js-plotly-plot')].find(e => e.offsetParent !== null);
-  if (!figure) return;
-  const meta = figure.layout.meta || {};
-  window.Plotly.downloadImage(figure, {format: 'svg', filename: `explorer-${meta.view}-step-${meta.step}`});
-}"""
-FILTERS = SAMPLING_FIELDS[:5]
 AS_RUN = "as run"  # a what-if format that keeps the step's own
 MAX_WHAT_IF_BATCH = 1024  # a change redraws the sampling view's preview
 EXAMPLE_FIELDS = ("prompt", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
-PRESENTER_JS = "(...values) => { document.body.classList.toggle('presenter', values[values.length - 3]); return values; }"
 
 
 @functools.cache
@@ -126,53 +109,58 @@ def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: 
         gr.Markdown(TITLE, elem_id="title")
         with gr.Row(elem_id="prompt-row"):
             c["prompt"].render()
-            with gr.Column(scale=2, min_width=420, elem_id="step-buttons"):
-                with gr.Row(elem_classes="button-row"):
-                    # enabled by the page's load event once a link's settings are in the controls: a Prefill
-                    # clicked before them would run without them
-                    c["prefill_btn"] = gr.Button("Prefill", variant="primary", elem_id="prefill-btn", min_width=100,
-                                                 interactive=False)
-                    c["decode_btn"] = gr.Button("Next token", elem_id="decode-btn", min_width=120)
-                    c["reset_btn"] = gr.Button("Reset", variant="stop", elem_id="reset-btn", min_width=90)
-                with gr.Row(elem_classes="button-row"):
-                    c["run_count"] = gr.Number(8, label="N", precision=0, minimum=1, maximum=limits.max_run_tokens,
-                                               elem_id="run-count", min_width=110, scale=0)
-                    c["run_btn"] = gr.Button("Run N tokens", elem_id="run-btn", min_width=140)
-                    c["lesson_btn"] = gr.Button("Lesson", elem_id="lesson-btn", min_width=90)
+            c |= _step_buttons(limits)
         # the status line quotes a saved run's description and token text (escaped, explorer.ui.plain): no
         # LaTeX, whose $$ delimiters KaTeX would find again in the rendered text
         c["status"] = gr.Markdown(LOADING_STATUS if isinstance(loaded, PendingModel) else "", elem_id="status",
                                   latex_delimiters=[], label="Status line (Markdown)")
         c |= _questions()
         c["strip"] = gr.HTML(elem_id="token-strip", label="Token strip (HTML)")
-        with gr.Row(elem_id="step-row"):
-            c["step"] = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True, scale=1,
-                                    min_width=160)
-            # its range once the start-up model is loaded (a placeholder, not movable, until then)
-            c["layer"] = gr.Slider(0, (facts.num_layers or 2) - 1, 0, step=1, label="Layer", elem_id="layer-slider",
-                                   scale=1, min_width=200, interactive=facts.num_layers is not None)
-            c["text"] = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=1,
-                                   max_lines=3, scale=3, min_width=240)
+        c |= _step_row(facts)
         c["what_if"] = gr.State(Scenario())  # the roofline's what-if, for every redraw of it
         c |= _lesson_panel()
         c["tabs_selected"], c["tabs"], c["plots"], experiment = _view_tabs()  # the tabs, each tab and plot by view
         c |= experiment
-        _wire_model(c, app)
-        _wire_steps(c, app)
-        _wire_lecture(c, app, demo)
-        _wire_views(c, app)
-        _wire_lesson(c, app)
-        if isinstance(loaded, PendingModel):
-            _wire_model_ready(c, demo, loaded)
+        wire(c, app, demo, loaded if isinstance(loaded, PendingModel) else None)
     demo.queue(max_size=limits.queue_size)
     if limits.max_pending_events is not None:
         served.events = EventGate(limits.max_pending_events, queued_events(demo, MODEL_QUEUE))
     return demo
 
 
+def _step_buttons(limits: Limits) -> dict[str, gr.components.Component]:
+    """Prefill, Next token, Reset, Run N tokens and Lesson, beside the prompt."""
+    with gr.Column(scale=2, min_width=420, elem_id="step-buttons"):
+        with gr.Row(elem_classes="button-row"):
+            # enabled by the page's load event once a link's settings are in the controls: a Prefill
+            # clicked before them would run without them
+            prefill = gr.Button("Prefill", variant="primary", elem_id="prefill-btn", min_width=100, interactive=False)
+            decode = gr.Button("Next token", elem_id="decode-btn", min_width=120)
+            reset = gr.Button("Reset", variant="stop", elem_id="reset-btn", min_width=90)
+        with gr.Row(elem_classes="button-row"):
+            count = gr.Number(8, label="N", precision=0, minimum=1, maximum=limits.max_run_tokens,
+                              elem_id="run-count", min_width=110, scale=0)
+            run = gr.Button("Run N tokens", elem_id="run-btn", min_width=140)
+            lesson = gr.Button("Lesson", elem_id="lesson-btn", min_width=90)
+    return {"prefill_btn": prefill, "decode_btn": decode, "reset_btn": reset, "run_count": count, "run_btn": run,
+            "lesson_btn": lesson}
+
+
+def _step_row(facts: ModelFacts) -> dict[str, gr.components.Component]:
+    """The step shown, the layer and the generated text, above the views."""
+    with gr.Row(elem_id="step-row"):
+        step = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True, scale=1, min_width=160)
+        # its range once the start-up model is loaded (a placeholder, not movable, until then)
+        layer = gr.Slider(0, (facts.num_layers or 2) - 1, 0, step=1, label="Layer", elem_id="layer-slider", scale=1,
+                          min_width=200, interactive=facts.num_layers is not None)
+        text = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=1, max_lines=3,
+                          scale=3, min_width=240)
+    return {"step": step, "layer": layer, "text": text}
+
+
 def _examples(c: dict) -> None:
     """The ready examples: each fills the prompt and the sampling settings (assets/examples.json)."""
-    gr.Examples([[example[field] for field in EXAMPLE_FIELDS] for example in examples()], _named(c, EXAMPLE_FIELDS),
+    gr.Examples([[example[field] for field in EXAMPLE_FIELDS] for example in examples()], named(c, EXAMPLE_FIELDS),
                 label="Ready examples (they fill the prompt and the sampling settings)",
                 example_labels=[example["label"] for example in examples()], api_visibility="private")
 
@@ -348,155 +336,3 @@ def _what_if_controls() -> dict[str, gr.components.Component]:
         controls["wi_lm_head_all"] = gr.Checkbox(False, label="LM head on all positions",
                                                  elem_id="what-if-lm-head-all")
     return controls
-
-
-def _named(c: dict, names: tuple[str, ...]) -> list:
-    """The components called `names`, in that order."""
-    return [c[name] for name in names]
-
-
-def _plots(c: dict) -> list[gr.Plot]:
-    """The plots in `VIEWS` order (the handlers return one figure or `gr.skip()` per view)."""
-    return [c["plots"][view] for view in VIEWS]
-
-
-def _step_outputs(c: dict) -> list:
-    return [*_named(c, STEP_OUTPUT_NAMES), *_plots(c)]
-
-
-def _wire_model(c: dict, app: ServedHandlers) -> None:
-    """A model picked from the menu sets the prompt's label and the controls its tokenizer allows."""
-    c["model_choice"].input(app.on_model_select, c["model_choice"],
-                            _named(c, ("prompt", "prompt_tokens", "use_chat_template", "system_prompt",
-                                       "enable_thinking")),
-                            api_visibility="private")
-
-
-def _wire_steps(c: dict, app: ServedHandlers) -> None:
-    """Prefill, Next token, Run N and Reset: each runs the model (one queue) and redraws the view on screen."""
-    # Progress (and an error's mark) on the status line only: the views stay readable meanwhile.
-    # The validator runs as the page sends the event, before it is queued (the page's lease, its events' cap).
-    model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]],
-                 "validator": app.validate_model_event}
-    outputs, views, sampling = _step_outputs(c), _named(c, VIEW_INPUTS), _named(c, SAMPLING_FIELDS)
-    run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *sampling, *views],
-                             outputs, api_name="run", api_description=API["run"], trigger_mode="always_last",
-                             **model_run)
-    # a new prefill or a reset stops a run of N tokens after the step in flight (the steps taken are kept); a
-    # cancel of its own, as an event that waits in the model queue behind the run would cancel nothing
-    for button in (c["prefill_btn"], c["reset_yes"]):
-        button.click(None, cancels=[run])
-    # the prefill's progress also shows where its figure will appear (the empty view before the first one)
-    prefill = c["prefill_btn"].click(app.on_prefill_click, [*_named(c, PROMPT_INPUTS), *sampling, *views], outputs,
-                                     api_name="prefill", api_description=API["prefill"], trigger_mode="always_last",
-                                     **model_run | {"validator": app.validate_prefill,
-                                                    "show_progress_on": [c["status"], *_plots(c)]})
-    prefill.success(handlers.model_info, c["visit"], c["model_choice"], api_visibility="private", show_progress="hidden")
-    # every click on Next token is one step, run in order, even while the previous one runs
-    c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *sampling, *views], outputs,
-                          api_name="decode", api_description=API["decode"], trigger_mode="multiple", **model_run)
-    for button, handler in ((c["branch_btn"], handlers.on_branch_click), (c["latest_btn"], handlers.on_latest_click)):
-        button.click(handler, [c["visit"], *sampling, *views], outputs, api_visibility="private", **model_run)
-    # Reset asks first (nothing runs until it is confirmed); R on the keyboard presses Reset
-    c["reset_btn"].click(lambda: gr.update(visible=True), None, c["confirm_reset"], queue=False,
-                         api_visibility="private", show_progress="hidden")
-    c["reset_no"].click(lambda: gr.update(visible=False), None, c["confirm_reset"], queue=False,
-                        api_visibility="private", show_progress="hidden")
-    reset = c["reset_yes"].click(app.on_reset_click, None, outputs, api_name="reset", api_description=API["reset"])
-    # the session the exports came from is gone (their files deleted): the download buttons go with it
-    for event in (prefill, reset):
-        event.success(handlers.no_export, None, _named(c, ("export_file", "html_file")), queue=False,
-                      api_visibility="private", show_progress="hidden")
-
-
-def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
-    """Share links, export and import of runs, and freeing a closed page's session."""
-    link_controls = _named(c, LINK_FIELDS)
-    c["share_btn"].click(handlers.on_share_click, link_controls, c["share_box"], api_visibility="private").then(
-        None, c["share_box"], c["share_box"], js="(query) => window.location.origin + window.location.pathname + query")
-    demo.load(app.on_page_load, None, [*link_controls, c["prefill_btn"]], api_visibility="private",
-              concurrency_limit=None)  # fast, and every page waits for it
-    demo.unload(app.on_page_close)
-    c["lease"].tick(app.on_lease_tick, None, None, queue=False, show_progress="hidden", api_visibility="private")
-    c["svg_btn"].click(None, js=SAVE_SVG_JS)
-    # each export is written, then its download button shows it with the file's name and size
-    shown = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
-    c["export_btn"].click(handlers.on_export_click, c["visit"], c["export_file"], api_name="export",
-                          api_description=API["export"]).success(handlers.show_download, c["export_file"],
-                                                                 c["export_file"], **shown)
-    # the view drawn again may recompute attention: the model queue
-    c["html_btn"].click(handlers.on_view_html_click, [*_named(c, ("visit", "step", "layer", "average_heads", "hardware",
-                                                                  "shown", "presenter", "zoom", "what_if")),
-                                                      *_named(c, SAMPLING_FIELDS)], c["html_file"],
-                        concurrency_id=MODEL_QUEUE, validator=app.validate_model_event,
-                        api_visibility="private").success(handlers.show_download, c["html_file"], c["html_file"],
-                                                          **shown)
-    # the button gives the export's size after each step (or a loaded run); cheap, so not queued
-    c["status"].change(handlers.on_export_label, c["visit"], c["export_btn"], queue=False, show_progress="hidden",
-                       api_visibility="private")
-    c["import_file"].upload(app.on_import_upload, [c["import_file"], *_named(c, VIEW_INPUTS)],
-                            [*_step_outputs(c), *_named(c, handlers.RESTORED_INPUTS)], concurrency_id=MODEL_QUEUE,
-                            validator=app.validate_model_event, api_visibility="private")
-
-
-def _wire_lesson(c: dict, app: ServedHandlers) -> None:
-    """The lesson's buttons: each page may run a decode step (the model queue) and draws its view."""
-    inputs = [c["visit"], c["lesson_page"], *_named(c, SAMPLING_FIELDS), *_named(c, VIEW_INPUTS)]
-    outputs = [*_step_outputs(c), *_named(c, lesson.LESSON_OUTPUTS)]
-    for button, delta in ((c["lesson_btn"], 0), (c["lesson_prev"], -1), (c["lesson_next"], 1)):
-        button.click(lesson.on_lesson_move(delta), inputs, outputs, concurrency_id=MODEL_QUEUE,
-                     validator=app.validate_model_event, show_progress="minimal", api_visibility="private")
-    c["lesson_close"].click(lesson.on_lesson_close, None, _named(c, ("lesson_panel", "lesson_page")), queue=False,
-                            api_visibility="private", show_progress="hidden")
-
-
-def _wire_model_ready(c: dict, demo: gr.Blocks, pending: PendingModel) -> None:
-    """A page opened while the start-up model loads shows it loading on the status line, then the
-    model's note, layer range and roofline machine once it is loaded (or why it could not be). It
-    only waits, so it is in no queue: a page's steps pushed meanwhile are not held behind it, nor
-    counted against the page's cap of queued model events (hosted mode)."""
-    outputs = _named(c, ("status", "model_choice", "layer", "hardware", "prompt", "prompt_tokens", "use_chat_template",
-                         "system_prompt", "enable_thinking"))
-    # no progress shown: its fading would make the status line's "Loading the model…" hard to read
-    demo.load(functools.partial(on_model_ready, pending), None, outputs, concurrency_limit=None,
-              show_progress="hidden", api_visibility="private")
-
-
-def _wire_views(c: dict, app: ServedHandlers) -> None:
-    """View controls and tabs redraw the view on screen without a step (attention may be recomputed:
-    the model queue)."""
-    plots = _plots(c)
-    view_inputs = _named(c, ("visit", "step", "layer", "average_heads", "hardware"))
-    change_inputs = [*view_inputs, c["shown"], c["presenter"], c["zoom"], c["what_if"]]
-    model_queue = {"concurrency_id": MODEL_QUEUE, "validator": app.validate_model_event, "api_visibility": "private"}
-    redraw = {**model_queue, "show_progress": "minimal"}
-    c["step"].input(handlers.on_step_change, change_inputs, [*_named(c, ("status", "strip", "text", "offer")), *plots],
-                    **redraw)
-    for control in (c["layer"], c["average_heads"], c["zoom"]):
-        control.input(handlers.on_view_change, change_inputs, plots, **redraw)
-    c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, **model_queue)
-    for view in VIEWS:
-        c["tabs"][view].select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"], c["what_if"]],
-                               [c["shown"], c["plots"][view]], **model_queue)
-    # the tab shows the run's experiment where it ran one (a saved run's too)
-    c["tabs"]["equivalence"].select(handlers.on_equivalence_tab, c["visit"], c["plots"]["equivalence"],
-                                    show_progress="hidden", api_visibility="private")
-    c["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["equivalence_steps"]],
-                               c["plots"]["equivalence"], show_progress="minimal", **model_queue)
-    c["lens_stat"].input(handlers.on_lens_stat_change, _named(c, ("visit", "lens_stat", "step", "presenter")),
-                         c["plots"]["lens"], show_progress="hidden", api_visibility="private")
-    c["sink"].change(handlers.on_sink_threshold_change,
-                     _named(c, ("visit", "sink", "step", "layer", "average_heads", "presenter", "zoom")),
-                     c["plots"]["attention"], show_progress="hidden", **model_queue)
-    c["hardware"].input(handlers.on_hardware_change, _named(c, ("visit", "step", "hardware", "presenter", "what_if")),
-                        c["plots"]["roofline"], api_visibility="private")
-    # a what-if redraws the roofline from the cost model alone: no model run, so not in the model queue
-    what_if_inputs = [*_named(c, ("visit", "step", "hardware", "presenter")), *_named(c, WHAT_IF_FIELDS)]
-    for name in WHAT_IF_FIELDS:
-        c[name].change(handlers.on_what_if_change, what_if_inputs, [c["what_if"], c["plots"]["roofline"]],
-                       show_progress="hidden", api_visibility="private")
-    sampling_inputs = [c["visit"], c["step"], *_named(c, SAMPLING_FIELDS), c["presenter"]]
-    for name in FILTERS:
-        c[name].input(handlers.on_sampling_change, sampling_inputs, c["plots"]["sampling"], api_visibility="private")
-    # any view's figure for API clients (gradio_client), whose pages have no tabs (attention may be recomputed)
-    gr.api(app.on_figure_call, api_name="figure", api_description=API["figure"], concurrency_id=MODEL_QUEUE)

@@ -17,12 +17,11 @@ from tiny_models import tiny_model
 
 from explorer.errors import ModelLoadError
 from explorer.runner.loading import load_shape_only
-from explorer.ui.startup import prompt_label
 from explorer.ui.hosting import HOSTED, LOCAL, Served
-from explorer.ui.layout import MODEL_QUEUE
 from explorer.ui.models import ModelRegistry
 from explorer.ui.plain import markdown_text
-from explorer.ui.startup import LOADING, ModelFacts, PendingModel, on_model_ready
+from explorer.ui.startup import LOADING, ModelFacts, PendingModel, on_model_ready, prompt_label
+from explorer.ui.wiring import MODEL_QUEUE
 
 GATE_TIMEOUT_S = 60  # a load the test never opens ends the test instead of hanging it
 
