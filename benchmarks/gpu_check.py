@@ -33,6 +33,7 @@ from transformers import DynamicCache
 
 from explorer.analysis.hardware import THIS_MACHINE, Hardware, get_hardware
 from explorer.analysis.measured import measured_points
+from explorer.analysis.precision import DTYPE_CHOICES
 from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.runner.devices import pick_device, roofline_hardware_key
@@ -55,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help=f"hub id or local folder (default: {REAL_MODEL} if cached, else embedded)")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--steps", type=int, default=64)
     return parser.parse_args(argv)

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from explorer.errors import ConfigError
 
 DTYPE_BITS = {"fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4}
+# The dtypes a model can be run in, by torch's names (`--dtype`; the runner maps them to torch's dtypes).
+RUN_DTYPES = ("float32", "bfloat16", "float16")
+DTYPE_CHOICES = ("auto", *RUN_DTYPES)  # auto: bfloat16 on CUDA, float32 on the CPU and MPS
 
 # torch / numpy / HF `torch_dtype` spellings -> the short names above.
 _ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",

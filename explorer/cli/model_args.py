@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from explorer.analysis.precision import DTYPE_CHOICES
 from explorer.errors import PromptError
 
 
@@ -14,7 +15,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
     parser.add_argument("--chat-template", action="store_true", help="wrap the prompt in the model's chat template")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES)
 
 
 def load_for(args: argparse.Namespace):

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from explorer.analysis.precision import DTYPE_CHOICES
 from explorer.config import SamplingSettings
 from explorer.errors import ExplorerError, PromptError
 from explorer.journey import journey_header, journey_rows, shape_text, step_label, timing_note
@@ -46,7 +47,7 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA, then Apple MPS, then CPU), cpu, cuda, cuda:1, mps")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+    parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                         help="weights' dtype; auto: bfloat16 on CUDA, float32 on CPU and MPS")
     parser.add_argument("--json", type=Path, help="save the whole run to this file (the saved-run format: it "
                         "opens in the app and with Explorer.open)")

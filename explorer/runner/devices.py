@@ -16,6 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from explorer.analysis.hardware import THIS_MACHINE, catalogue_key_for
+from explorer.analysis.precision import RUN_DTYPES
 from explorer.errors import ConfigError, ModelLoadError
 
 # Judgement, not measured: room beyond the weights, KV cache and attention scratch for the MLP's
@@ -28,7 +29,7 @@ PLANNED_CONTEXT_TOKENS = 2048
 # at most four float32-sized [h_q, T, n] tensors (scores, masked scores, the float32 softmax, and the
 # float32 copy kept for the attention view).
 ATTENTION_SCRATCH_BYTES_PER_ELEMENT = 16
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in RUN_DTYPES}  # torch.float32, ...
 _DEVICE_HELP = "use 'cpu' or 'cuda' (or 'cuda:1', 'mps', or 'auto' for the best one present)"
 
 

@@ -16,6 +16,8 @@ import sys
 import traceback
 from typing import TYPE_CHECKING
 
+from explorer.analysis.precision import DTYPE_CHOICES
+
 if TYPE_CHECKING:
     from explorer.runner.loading import LoadedModel
 
@@ -42,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
     source.add_argument("--config", help="shape-only: a preset name or a config.json path")
     parser.add_argument("--device", default="auto", help="auto (CUDA, then Apple MPS, then CPU), cpu, cuda[:N] or mps")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+    parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                         help="auto: bfloat16 on CUDA (float16 where it lacks bfloat16), float32 on CPU and MPS")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                         help="address to serve on (default: $GRADIO_SERVER_NAME or 127.0.0.1)")
