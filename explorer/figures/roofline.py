@@ -90,7 +90,6 @@ def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, meas
         ConfigError: `hardware` lists no matmul rate for the steps' dtype nor a wider format (left to
             propagate: the caller says which machine cannot run it).
     """
-
     rooflines = [_on(hardware, costs) for costs in stages]
     swept = [(name, [_on(hardware, c) for c in costs]) for name, costs in sweeps]
     roofs = _roofs(hardware, measured_roofs, stages[0].precision.activations,
@@ -131,6 +130,7 @@ class _Roofs:
 
     @property
     def peak_dtype(self) -> str:
+        """The dtype whose peak the chosen machine's roof is drawn at."""
         return self.machines[0][2]
 
 
@@ -212,7 +212,7 @@ def _axes_and_legend(layout: dict, roofs: _Roofs, measured: list[StepCosts]) -> 
 
 
 def _titled(fig: go.Figure, step: int, title: str) -> go.Figure:
-    """`fig` with the view's meta and `title` (its lines from the top down, above the panels' own)."""
+    """`fig` with the view's meta and `title`, the top margin sized to the title's lines."""
     base_layout(fig, "roofline", step, title, height=600)
     lines = title.count("<br>") + 1  # from the top down, above the panels' own titles
     return set_layout(fig, margin={"l": 60, "r": 20, "t": 44 + 22 * lines, "b": 110},
