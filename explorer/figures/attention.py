@@ -3,21 +3,23 @@
 Query heads that share a KV head (GQA) sit together, and each panel says which KV head it reads.
 Rows are queries (destination tokens) in step order (the prefill's T rows, then one row per decode
 step, newest at the bottom); columns are keys (source tokens). Above the causal diagonal nothing is
-drawn. The colour is p ** `GAMMA`, so that weights of 0.001 still show; the hover gives p itself,
-the stored float32 value: the heatmaps' z are the probabilities (or their pooled sums), and only
-the colour scale is bent. A long matrix is pooled into blocks of tokens; a zoom window is drawn at
-full resolution, with the weight its rows put on keys before it as a column at its left.
+drawn. The colour is p ** `GAMMA` (`explorer.figures.attention_style`), so that weights of 0.001
+still show; the hover gives p itself, the stored float32 value: the heatmaps' z are the
+probabilities (or their pooled sums), and only the colour scale is bent. A long matrix is pooled
+into blocks of tokens so that the figure stays within `MAX_CELLS` cells (`pool_attention`; the
+newest rows stay a block of their own); the title then says how many tokens a cell spans and the
+ticks name each block's token range. A zoom window is drawn at full resolution, with the weight its
+rows put on keys before it as a column at its left.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.colors import sample_colorscale
 
 from explorer.analysis.pooling import key_block_mass, key_blocks, pool_rows, query_block_starts
 from explorer.figures.attention_labels import (
@@ -26,32 +28,23 @@ from explorer.figures.attention_labels import (
     block_labels,
     cell_hover,
     figure_title,
-    fitted_ticks,
     outside_hover,
     panel_geometry,
 )
+from explorer.figures.attention_style import colour_bar_carrier, row_outlines, style_axes
 from explorer.figures.theme import (
-    HIGHLIGHT_COLOUR,
     PRESENTER_SCALE,
     TITLE_ASCENT_PX,
     TITLE_TOP_PX,
-    axis_key,
     base_layout,
     set_layout,
     subplot_grid,
 )
 
 MAX_CELLS = 24_000  # heatmap cells per figure: ~128 KB of base64 float32
-MASKED_COLOUR = "#e8e8e8"  # behind NaN cells: the masked (future) keys
 MAX_GRID_COLUMNS = 6
-GAMMA = 0.3  # colour = p ** GAMMA: p = 0.001 sits at 13% of the colour scale, 0.01 at 25%, 0.1 at 50%
-COLOUR_TICKS = (0.0, 0.001, 0.01, 0.1, 0.5, 1.0)  # the colour bar's labels, in probabilities
-BASE_SCALE = "Blues"  # the colour scale that p ** GAMMA runs along
 # The attention window drawn at full resolution: 48^2 cells x 32 heads (Qwen3-8B) stay under ~400 KB.
 ZOOM_TOKENS = 48
-COLOUR_STOPS = 65  # stops of the bent scale: within 2/255 of Blues(p ** GAMMA) everywhere
-X_TITLE = "key (source) token: the one attended to"
-Y_TITLE = "query (destination) token:<br>the one attending"
 
 
 def stack_attention(blocks: list[np.ndarray]) -> np.ndarray:
@@ -119,12 +112,8 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
                      new_rows: int = 0, average: bool = False, window: tuple[int, int] | None = None,
                      presenter: bool = False, head_notes: list[str] | None = None, note: Sequence[str] = (),
                      first_row: int | None = None, key_factor: int = 1) -> go.Figure:
-    """Heatmaps of attention probabilities, one per query head grouped by KV head, or their mean.
-
-    A long context is pooled so that the figure stays within `MAX_CELLS` cells (see `pool_attention`;
-    the newest rows stay a block of their own); the title then says how many tokens a cell spans and
-    the ticks name each block's token range. With `window`, only the window's rows and keys are drawn,
-    at full resolution, and a column at the left holds each row's weight on the keys before it.
+    """Heatmaps of attention probabilities, one per query head grouped by KV head, or their mean; a
+    long context pooled into blocks of tokens (see the module docstring), a `window` at full resolution.
 
     Args:
         probs: [h_q, rows, n] float32 probabilities (rows = n for a full stacked matrix; NaN draws blank);
@@ -160,50 +149,111 @@ def attention_figure(probs: np.ndarray, pieces: list[str], n_kv_heads: int, laye
             `new_rows` outside 0..rows, or `window` outside 0..n or holding none of the query rows.
     """
     _check(probs, pieces, n_kv_heads, new_rows, window, first_row, key_factor)
-    heads, rows, n = probs.shape[0], probs.shape[1], len(pieces)
-    group = heads // n_kv_heads
-    first_query = n - rows if first_row is None else first_row
+    heads, n = probs.shape[0], len(pieces)
+    shown = _shown(probs, n, new_rows, average, window, first_row, key_factor)
+    keys, queries = _block_names(pieces, shown)
+    scale = PRESENTER_SCALE if presenter else 1.0
+    title = figure_title(layer, step, heads, n_kv_heads, average, shown.factor, shown.own, window,
+                         np.array([o[-1] for o in shown.outside], np.float32), queries[-1][0], n, scale, note)
+    columns = 1 if average else grid_columns(heads, heads // n_kv_heads)
+    grid_rows = math.ceil(len(shown.matrices) / columns)
+    geometry = panel_geometry(grid_rows, columns, title.count("<br>") + 1, [t for _, t in keys], [t for _, t in queries])
+    layout, cells = subplot_grid(_panel_titles(heads, n_kv_heads, average, head_notes), rows=grid_rows, cols=columns,
+                                 shared_xaxes=True, shared_yaxes=True, horizontal_spacing=H_SPACING,
+                                 vertical_spacing=geometry.vertical_spacing)
+    panel_cells = [cells[index // columns + 1, index % columns + 1] for index in range(len(shown.matrices))]
+    data = _heatmaps(shown, keys, queries, panel_cells, n, key_factor)
+    if shown.own:
+        layout["shapes"] = row_outlines(panel_cells, shown.first_new_block, len(queries), len(keys))
+    style_axes(layout, cells, keys, queries, grid_rows, columns, geometry, scale, shown.key_start > 0)
+    return _titled(go.Figure(data=data, layout=layout), step, title, geometry)
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """What the figure draws of `attention_figure`'s `probs`, and how its rows and keys are blocked.
+
+    Attributes:
+        matrices: per panel, [shown rows, keys] float32: a query head's rows (or, with `average`, the
+            one mean over the query heads); keys: n probabilities, or the key-block masses given.
+        factor: tokens per cell side (1: full resolution).
+        own: the newest query rows in view, a block of their own (0: none in view).
+        key_start, key_stop: the keys drawn, token positions key_start..key_stop-1 (a window, or 0..n).
+        query_stop: the query rows drawn end before this position (they start at `query_starts[0]`).
+        query_starts: [query blocks] int, each block's first token position.
+        outside: per panel, [shown rows] float32: each row's weight on keys outside the window, from its
+            whole row; empty without a window.
+    """
+
+    matrices: list[np.ndarray]
+    factor: int
+    own: int
+    key_start: int
+    key_stop: int
+    query_stop: int
+    query_starts: np.ndarray
+    outside: list[np.ndarray]
+
+    @property
+    def first_new_block(self) -> int:
+        """The index of the first query block of the newest rows."""
+        return int(np.searchsorted(self.query_starts, self.query_stop - self.own))
+
+
+def _shown(probs: np.ndarray, n: int, new_rows: int, average: bool, window: tuple[int, int] | None,
+           first_row: int | None, key_factor: int) -> _Shown:
+    """The rows and keys drawn of `probs` and their blocks (arguments as `attention_figure`'s)."""
+    first_query = n - probs.shape[1] if first_row is None else first_row
     (key_start, key_stop) = window if window is not None else (0, n)
     query_start, query_stop = max(key_start, first_query), key_stop
     own = max(0, query_stop - max(n - new_rows, query_start))  # the newest rows in view
     seen = probs[:, query_start - first_query:query_stop - first_query]  # [h_q, shown rows, n]
     matrices = [seen.mean(axis=0, dtype=np.float32)] if average else list(seen)
-    titles = [f"mean over {heads} query heads"] if average else [
-        f"q head {h} · KV head {h // group}{head_notes[h] if head_notes else ''}" for h in range(heads)]
     factor = 1 if window is not None else key_factor if key_factor > 1 else pooling_factor(n, len(matrices))
     query_starts = query_start + query_block_starts(query_start, query_stop - query_start, factor, own)
-    queries = block_labels(pieces, query_starts, query_stop)
-    keys = block_labels(pieces, np.arange(key_start, key_stop, factor), key_stop)
-    if key_start > 0:  # the window's rows also weigh the keys before it: one column of their sums
-        keys = [(f"#0–{key_start - 1} (before the window)", f"outside 0–{key_start - 1}"), *keys]
-
-    # [shown rows] float32 per panel: each row's weight on keys outside the window, from its whole row
     outside = [] if window is None else [outside_weight(m[None], key_start, key_stop)[0] for m in matrices]
-    scale = PRESENTER_SCALE if presenter else 1.0
-    title = figure_title(layer, step, heads, n_kv_heads, average, factor, own, window,
-                         np.array([o[-1] for o in outside], np.float32), queries[-1][0], n, scale, note)
-    columns = 1 if average else grid_columns(heads, group)
-    grid_rows = math.ceil(len(matrices) / columns)
-    geometry = panel_geometry(grid_rows, columns, title.count("<br>") + 1, [t for _, t in keys], [t for _, t in queries])
-    layout, cells = subplot_grid(titles, rows=grid_rows, cols=columns, shared_xaxes=True, shared_yaxes=True,
-                                 horizontal_spacing=H_SPACING, vertical_spacing=geometry.vertical_spacing)
-    panel_cells = [cells[index // columns + 1, index % columns + 1] for index in range(len(matrices))]
+    return _Shown(matrices, factor, own, key_start, key_stop, query_stop, query_starts, outside)
+
+
+def _block_names(pieces: list[str], shown: _Shown) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(category, tick text) of each key block and each query block (`block_labels`); in a window
+    starting after 0, a first key column of the weight before it."""
+    queries = block_labels(pieces, shown.query_starts, shown.query_stop)
+    keys = block_labels(pieces, np.arange(shown.key_start, shown.key_stop, shown.factor), shown.key_stop)
+    if shown.key_start > 0:  # the window's rows also weigh the keys before it: one column of their sums
+        keys = [(f"#0–{shown.key_start - 1} (before the window)", f"outside 0–{shown.key_start - 1}"), *keys]
+    return keys, queries
+
+
+def _panel_titles(heads: int, n_kv_heads: int, average: bool, head_notes: list[str] | None) -> list[str]:
+    """Each panel's title: its query head and the KV head it reads (and its note), or the mean's."""
+    if average:
+        return [f"mean over {heads} query heads"]
+    group = heads // n_kv_heads
+    return [f"q head {h} · KV head {h // group}{head_notes[h] if head_notes else ''}" for h in range(heads)]
+
+
+def _heatmaps(shown: _Shown, keys: list[tuple[str, str]], queries: list[tuple[str, str]],
+              panel_cells: list[dict[str, str]], n: int, key_factor: int) -> list[dict]:
+    """A heatmap per panel of its pooled matrix; in a window starting after 0, a [rows, 1] heatmap per
+    panel of the weight outside it; last the colour bar's carrier."""
     key_names, query_names = [k for k, _ in keys], [q for q, _ in queries]
-    pooled = [pool_rows(m, n, factor, own) if key_factor > 1 else pool_attention(m[:, key_start:key_stop], n, factor, own)
-              for m in matrices]
+    start, stop, factor, own = shown.key_start, shown.key_stop, shown.factor, shown.own
+    pooled = [pool_rows(m, n, factor, own) if key_factor > 1 else pool_attention(m[:, start:stop], n, factor, own)
+              for m in shown.matrices]
     data = [{"type": "heatmap", "z": z,
-             "x": key_names[1:] if key_start > 0 else key_names, "y": query_names, "coloraxis": "coloraxis",
+             "x": key_names[1:] if start > 0 else key_names, "y": query_names, "coloraxis": "coloraxis",
              "hovertemplate": cell_hover(factor > 1), **cell} for z, cell in zip(pooled, panel_cells, strict=True)]
-    if key_start > 0:
+    if start > 0:
         data += [{"type": "heatmap", "z": o[:, None], "x": key_names[:1], "y": query_names, "coloraxis": "coloraxis",
-                  "xgap": 3, "hovertemplate": outside_hover(key_start), **cell}
-                 for o, cell in zip(outside, panel_cells, strict=True)]
-    data.append(_colour_bar_carrier(panel_cells[0]))
-    if own:
-        first_new = int(np.searchsorted(query_starts, query_stop - own))
-        layout["shapes"] = _row_outlines(panel_cells, first_new, len(queries), len(keys))
-    _style(layout, cells, keys, queries, grid_rows, columns, geometry, scale, key_start > 0)
-    fig = go.Figure(data=data, layout=layout)
+                  "xgap": 3, "hovertemplate": outside_hover(start), **cell}
+                 for o, cell in zip(shown.outside, panel_cells, strict=True)]
+    data.append(colour_bar_carrier(panel_cells[0]))
+    return data
+
+
+def _titled(fig: go.Figure, step: int, title: str, geometry: PanelGeometry) -> go.Figure:
+    """`fig` with the view's meta, `title` and the panels' margins and height."""
     base_layout(fig, "attention", step, title, height=geometry.height)
     # plotly.js anchors a "top" title of several lines by its first line's baseline, the rest below it
     return set_layout(fig, margin=geometry.margin, title={
@@ -252,21 +302,6 @@ def pool_attention(probs: np.ndarray, n: int, factor: int, own_rows: int = 0) ->
     return pool_rows(key_block_mass(np.where(np.isfinite(probs), probs, np.float32(0)), factor), n, factor, own_rows)
 
 
-def power_colorscale(gamma: float = GAMMA, base: str = BASE_SCALE, stops: int = COLOUR_STOPS) -> list[list]:
-    """A Plotly colour scale over p in 0..1 whose colour at p is `base`'s colour at p ** gamma: stops
-    at u ** (1 / gamma) for u evenly spaced in 0..1 (plotly.js interpolates linearly between them),
-    as [[p, "#rrggbb"], ...]."""
-    return [list(stop) for stop in _power_stops(gamma, base, stops)]
-
-
-@functools.cache
-def _power_stops(gamma: float, base: str, stops: int) -> tuple[tuple[float, str], ...]:
-    u = np.linspace(0.0, 1.0, stops)
-    colours = sample_colorscale(base, u.tolist(), colortype="tuple")
-    return tuple((float(p), "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in colour)))
-                 for p, colour in zip(u ** (1.0 / gamma), colours, strict=True))
-
-
 def grid_columns(n_heads: int, group: int) -> int:
     """Panels per grid row: a whole GQA group per row where it fits (g <= 6 columns), else a divisor
     of g; small groups (MHA, g = 2) share a row, up to 4 panels."""
@@ -297,51 +332,6 @@ def _check(probs: np.ndarray, pieces: list[str], n_kv_heads: int, new_rows: int,
                                    and window[1] <= first + rows):
         raise ValueError(f"The window must lie within tokens 0..{n} and hold one of the query rows "
                          f"{first}..{first + rows - 1}, got {window}.")
-
-
-def _colour_bar_carrier(cell: dict[str, str]) -> dict:
-    """A scatter with no point to draw, whose marker colour axis ("coloraxis2") draws the colour bar:
-    the base scale evenly, labelled in probabilities where p ** GAMMA falls."""
-    return {"type": "scatter", "x": [None], "y": [None], "mode": "markers", "hoverinfo": "skip",
-            "showlegend": False, "marker": {"color": [0.0], "coloraxis": "coloraxis2"}, **cell}
-
-
-def _row_outlines(panel_cells: list[dict[str, str]], first: int, stop: int, n_keys: int) -> list[dict]:
-    """Rectangles around query rows first..stop-1 (category positions), one per panel."""
-    return [{"type": "rect", "xref": cell["xaxis"], "yref": cell["yaxis"], "x0": -0.5, "x1": n_keys - 0.5,
-             "y0": first - 0.5, "y1": stop - 0.5, "line": {"color": HIGHLIGHT_COLOUR, "width": 2},
-             "fillcolor": "rgba(0,0,0,0)", "name": "newest rows"} for cell in panel_cells]
-
-
-def _style(layout: dict, cells: dict[tuple[int, int], dict[str, str]], keys: list[tuple[str, str]],
-           queries: list[tuple[str, str]], grid_rows: int, columns: int, geometry: PanelGeometry, scale: float,
-           outside_column: bool) -> None:
-    """Token ticks on the outer axes only (the inner ones share them), each cell labelled where the
-    labels fit; the axis titles; the bent colour axis and the colour bar's."""
-    key_ticks, key_font = fitted_ticks(len(keys), geometry.drawn_panel_w(scale), scale)
-    query_ticks, query_font = fitted_ticks(len(queries), geometry.panel_h)
-    for (row, col), cell in cells.items():
-        x_axis, y_axis = layout[axis_key(cell["xaxis"])], layout[axis_key(cell["yaxis"])]
-        x_axis.update(showgrid=False, tickfont={"size": key_font}, tickangle=-90)
-        y_axis.update(showgrid=False, tickfont={"size": query_font}, autorange="reversed")
-        if row == grid_rows:  # the axis the column's other panels match
-            if outside_column:  # drawn after the matrix, shown before it
-                x_axis.update(categoryorder="array", categoryarray=[k for k, _ in keys])
-            x_axis.update(tickmode="array", tickvals=[keys[i][0] for i in key_ticks],
-                          ticktext=[keys[i][1] for i in key_ticks])
-        if col == 1:
-            y_axis.update(tickmode="array", tickvals=[queries[i][0] for i in query_ticks],
-                          ticktext=[queries[i][1] for i in query_ticks])
-    layout[axis_key(cells[grid_rows, (columns + 1) // 2]["xaxis"])]["title"] = {"text": X_TITLE}
-    layout[axis_key(cells[(grid_rows + 1) // 2, 1]["yaxis"])]["title"] = {"text": Y_TITLE}
-    for note in layout["annotations"]:
-        note["font"] = {"size": 12}
-    bar_title = f"probability<br>colour: p^{GAMMA:g}<br>so small weights show"
-    layout.update(coloraxis={"colorscale": power_colorscale(), "cmin": 0.0, "cmax": 1.0, "showscale": False},
-                  coloraxis2={"colorscale": BASE_SCALE, "cmin": 0.0, "cmax": 1.0, "colorbar": {
-                      "title": {"text": bar_title, "side": "right"}, "thickness": 14,
-                      "tickvals": [t ** GAMMA for t in COLOUR_TICKS], "ticktext": [f"{t:g}" for t in COLOUR_TICKS]}},
-                  plot_bgcolor=MASKED_COLOUR)
 
 
 def zoom_window(zoom: int, n: int) -> tuple[int, int]:

@@ -47,8 +47,9 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int,
     output shapes and wall time (ms, measured; see the module docstring for what a bar, a whisker, a
     diamond, a hatch and a grey bar mean). Hovering a row gives the stop's formula, shapes in symbols
     and numbers, weight shape as stored ([out_features, in_features] for a GEMM, [in_features,
-    out_features] for GPT-2's `Conv1D` layers, [d] for a norm, [V, d] for the embedding) and wall time with its spread. Stop names, kinds and dtypes are escaped
-    (`plain_label`): in a saved run they are the file's text.
+    out_features] for GPT-2's `Conv1D` layers, [d] for a norm, [V, d] for the embedding) and wall
+    time with its spread. Stop names, kinds and dtypes are escaped (`plain_label`): in a saved run
+    they are the file's text.
 
     Args:
         prefill: the prefill step's trace.
@@ -74,22 +75,10 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int,
     rows = [op for op in prefill.ops if op.layer in (None, layer)]
     if not any(op.layer == layer for op in rows):
         raise ValueError(f"The prefill has no stops in layer {layer}.")
-    vocab = _vocab(prefill)
-    layout, cells = subplot_grid(
-        [_column_title(prefill), _wall_title(prefill), _column_title(decode) if decode else "decode",
-         _wall_title(decode) if decode else ""],
-        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012, column_widths=[0.36, 0.14, 0.36, 0.14])
-    data = _column(rows, vocab, prefill, layer, cells[1, 1], cells[1, 2], family)
-    if decode is None:
-        layout["annotations"].append(_note("run a decode step", layout["xaxis3"]["domain"]))
-    else:
-        decode_ops = {op.name: op for op in decode.ops}
-        data += _column([decode_ops.get(op.name) or _absent(op.name) for op in rows], vocab, decode, layer,
-                        cells[1, 3], cells[1, 4], family)
     steps = [prefill, decode] if decode else [prefill]
-    for col, trace in zip((2, 4), steps, strict=False):
-        if trace.shape_only:
-            layout["annotations"].append(_note(SHAPE_ONLY_NOTE, layout[f"xaxis{col}"]["domain"]))
+    layout, cells = _grid(prefill, decode)
+    data = _step_columns(rows, prefill, decode, layer, cells, family)
+    layout["annotations"] += _column_notes(layout, steps)
     data += _legend(rows)
     _style_axes(layout, rows, steps, layer)
     if not prefill.shape_only:
@@ -104,6 +93,36 @@ def journey_figure(prefill: StepTrace, decode: StepTrace | None, layer: int,
     base_layout(fig, "journey", decode.step_index if decode else 0, f"Journey through layer {layer}: {what}",
                 height=ROW_PX * len(rows) + (176 if prefill.shape_only else 206))
     return set_layout(fig, margin={"l": 150, "r": 20, "t": 76, "b": 120 if prefill.shape_only else 150})
+
+
+def _grid(prefill: StepTrace, decode: StepTrace | None) -> tuple[dict, dict[tuple[int, int], dict[str, str]]]:
+    """The four columns (`subplot_grid`'s layout and cells), titled: the prefill's shapes and wall
+    times, then the decode step's (or an empty pair before the first decode step)."""
+    return subplot_grid(
+        [_column_title(prefill), _wall_title(prefill), _column_title(decode) if decode else "decode",
+         _wall_title(decode) if decode else ""],
+        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012, column_widths=[0.36, 0.14, 0.36, 0.14])
+
+
+def _step_columns(rows: list[OpRecord], prefill: StepTrace, decode: StepTrace | None, layer: int,
+                  cells: dict[tuple[int, int], dict[str, str]], family: Family | None) -> list[dict]:
+    """The prefill's traces in columns 1-2, then the decode step's (if any) in columns 3-4, on the
+    prefill's rows: a stop the decode step lacks is a placeholder row (`_absent`)."""
+    vocab = _vocab(prefill)
+    data = _column(rows, vocab, prefill, layer, cells[1, 1], cells[1, 2], family)
+    if decode is not None:
+        decode_ops = {op.name: op for op in decode.ops}
+        data += _column([decode_ops.get(op.name) or _absent(op.name) for op in rows], vocab, decode, layer,
+                        cells[1, 3], cells[1, 4], family)
+    return data
+
+
+def _column_notes(layout: dict, steps: list[StepTrace]) -> list[dict]:
+    """Grey notes over empty columns: the decode pair before the first decode step; the wall-time
+    column of a shape-only step (nothing ran, so nothing was timed)."""
+    notes = [] if len(steps) > 1 else [_note("run a decode step", layout["xaxis3"]["domain"])]
+    return notes + [_note(SHAPE_ONLY_NOTE, layout[f"xaxis{col}"]["domain"])
+                    for col, trace in zip((2, 4), steps, strict=False) if trace.shape_only]
 
 
 def _column(ops: list[OpRecord], vocab: int, trace: StepTrace, layer: int, shapes_cell: dict,

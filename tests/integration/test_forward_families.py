@@ -12,7 +12,7 @@ from tiny_models import DIMS, tiny_model
 
 from explorer.config import SamplingSettings
 from explorer.families import traced_family
-from explorer.figures.forward import PRESENTER_ROW_CHARS, ROW_CHARS
+from explorer.figures.forward_layout import PRESENTER_ROW_CHARS, ROW_CHARS
 from explorer.figures.views import ViewOptions
 from explorer.runner.session import InferenceSession
 from explorer.stops import stop_table

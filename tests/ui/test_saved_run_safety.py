@@ -17,7 +17,7 @@ from explorer import run_schema
 from explorer.analysis.records import OpCost
 from explorer.config import SamplingSettings
 from explorer.errors import ConfigError
-from explorer.figures.roofline import measured_trace
+from explorer.figures.roofline_traces import measured_trace
 from explorer.figures.views import VIEWS, ViewOptions
 from explorer.runner.session import InferenceSession
 from explorer.saved import load_run, save_run

@@ -17,13 +17,11 @@ from figure_traces import SMOLLM2, TINY, run_traces, step_attention
 from plotly.colors import sample_colorscale, unlabel_rgb
 
 from explorer.figures.attention import (
-    GAMMA,
     attention_figure,
     grid_columns,
     outside_weight,
     pool_attention,
     pooling_factor,
-    power_colorscale,
     stack_attention,
 )
 from explorer.figures.attention_labels import (
@@ -32,6 +30,7 @@ from explorer.figures.attention_labels import (
     block_labels,
     thinned_ticks,
 )
+from explorer.figures.attention_style import GAMMA, power_colorscale
 from explorer.figures.theme import PRESENTER_SCALE, TITLE_CHARS, presenter_style, visible_piece, visible_text
 
 TRACES = run_traces(TINY, decode_steps=2)  # 11 prompt tokens, then 2 decode steps: n = 13

@@ -13,7 +13,8 @@ from figure_traces import SMOLLM2, TINY, hand_run
 from explorer.analysis.measured import stop_costs
 from explorer.figures.attention import stack_attention
 from explorer.figures.dims import DIM_COLOURS, coloured
-from explorer.figures.forward import ROW_CHARS, forward_figure
+from explorer.figures.forward import forward_figure
+from explorer.figures.forward_layout import ROW_CHARS
 from explorer.figures.journey import journey_figure
 from explorer.figures.view_types import AttentionData, AttentionRows, ForwardData, RunData, ViewOptions
 from explorer.figures.views import draw
