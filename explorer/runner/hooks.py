@@ -313,7 +313,7 @@ def _time_stop_modules(model: nn.Module, restore: dict[nn.Module, Callable | Non
     (`_timed_forwards`). A forward the module already had as an instance attribute is timed in its
     turn; `restore` gets each module's previous one (or None), to be put back. Module hooks would instead
     send each of a step's ~400 module calls, stops or not, through torch's slower hook path. Every pass
-    of a model runs under its lock (`explorer.runner.session.model_lock`), so the wrappers see this
+    of a model runs under its lock (`explorer.runner.locks.model_lock`), so the wrappers see this
     step's pass alone."""
     for module, key, timed in _timed_forwards(model):
         attributes = vars(module)  # set directly: nn.Module.__setattr__'s checks cost ~1 ms a step here

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -31,12 +30,14 @@ from explorer.runner.architectures import model_features, moe_layers
 from explorer.runner.assemble import Plan, assemble_ops, stop_plan
 from explorer.runner.attention_store import LiveAttention
 from explorer.runner.batch import MAX_PROMPTS, Batch, pad_id
+from explorer.runner.collector import collector_paused
 from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
 from explorer.runner.devices import free_memory_bytes
 from explorer.runner.gqa import recompute_probs
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
 from explorer.runner.lens import DEFAULT_LENS_BUDGET_BYTES, LiveLens, capture_residuals, lens_positions
-from explorer.runner.loading import LoadedModel, collector_paused
+from explorer.runner.loaded import LoadedModel
+from explorer.runner.locks import model_lock
 from explorer.runner.prompts import check_prompt_chars, check_unicode
 from explorer.runner.sampling import sample_next_token
 from explorer.runner.timing import step_clock
@@ -48,16 +49,6 @@ MAX_BATCH = 256
 
 # Top tokens per step whose text pieces the run names (the sampling view draws 20 of them).
 PIECES_PER_STEP = 64
-
-_MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_LOCKS_GUARD = threading.Lock()
-
-
-def model_lock(model: torch.nn.Module) -> threading.Lock:
-    """The lock that serialises forward passes on `model` across sessions."""
-    with _LOCKS_GUARD:
-        return _MODEL_LOCKS.setdefault(model, threading.Lock())
-
 
 class InferenceSession:
     """Prefill, then decode steps, each appended to the session's `run` and returned as a `StepTrace`;
