@@ -37,3 +37,9 @@ class SamplingSettingsError(ExplorerError, ValueError):
 
 class ExportError(ExplorerError, RuntimeError):
     """A run that cannot be exported: past the app's size limit, or the disk full or not writable."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of `exc`'s message, or its class name where it has none (for a one-line report)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from explorer.config import SamplingSettings
-from explorer.runner.loading import LoadedModel
+from explorer.runner.loaded import LoadedModel
 from explorer.runner.sampling import sample_next_token
 from explorer.trace import SamplingRecord
 

@@ -20,8 +20,8 @@ from transformers import DynamicCache
 
 from explorer.analysis.equivalence import Comparison, EquivalenceResult
 from explorer.errors import PromptError, SessionStateError
-from explorer.runner.loading import LoadedModel
-from explorer.runner.session import model_lock
+from explorer.runner.loaded import LoadedModel
+from explorer.runner.locks import model_lock
 
 DEFAULT_STEPS = 8
 MAX_STEPS = 32

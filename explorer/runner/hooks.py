@@ -229,13 +229,26 @@ def explorer_attention(
     rec, layer = _ACTIVE.get(), module.layer_idx
     batch, h_q, q_len, head_dim = query.shape
     n = key.shape[2]
-    clock = rec.clock
-    start = clock()
+    start = rec.clock()
     expanded = torch.Size([batch, h_q, n, head_dim])  # a broadcast (explorer.runner.gqa): no tensor of its own
     rec.record_shapes(stop_name(layer, "attn.gqa_expand"), start, [key.shape, value.shape], [expanded] * 2, key.dtype)
     keep = rec.attention_inputs_of(layer, [h_q, q_len, n], AttentionInputs(query[0].detach(), scaling, softcap),
                                    query.is_meta)
     rows = min(q_len, rec.block_rows or block_rows(h_q, q_len, n, query.element_size()))
+    merged, spans = _attend_in_blocks(rec, layer, query, key, value, attention_mask, scaling, softcap, rows, keep)
+    _record_attention_stops(rec, layer, spans, query, expanded, merged)
+    rec.attention_done(layer)
+    return merged, None
+
+
+def _attend_in_blocks(rec: StepRecorder, layer: int, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, scaling: float, softcap: float | None, rows: int,
+                      keep) -> tuple[torch.Tensor, list[list[tuple[float, float]]]]:
+    """Scores, softmax, weighted sum and merge of `explorer_attention`, `rows` query rows at a time, each
+    block's probabilities handed to the recorder (`keep`: its decision to keep this layer's). Returns the
+    [B, T, h_q, d_h] output and, per stop (scores, softmax, weighted sum, merge), each block's (start, end)."""
+    batch, h_q, q_len, head_dim = query.shape
+    n, clock = key.shape[2], rec.clock
     merged, buffers = None, NO_BUFFERS  # one block: tensors of its own
     if rows < q_len:  # the blocks write into the layer's output and buffers
         merged, buffers = query.new_empty(batch, q_len, h_q, head_dim), BlockBuffers.for_blocks(query, rows, n)
@@ -259,13 +272,19 @@ def explorer_attention(
             times.append((marks[stop], marks[stop + 1]))
         if not query.is_meta:  # kept and summed outside the timed stops, as eager has no such copy
             rec.attention_block(layer, first, in_head_order(probs), keep)
+    return merged, spans
+
+
+def _record_attention_stops(rec: StepRecorder, layer: int, spans: list[list[tuple[float, float]]],
+                            query: torch.Tensor, expanded: torch.Size, merged: torch.Tensor) -> None:
+    """Record the scores, softmax, weighted sum and merge stops of one layer: each block's times, and
+    eager attention's shapes ([B, h_q, T, n] scores and probabilities, [B, h_q, T, d_h] per head)."""
+    (batch, h_q, q_len, head_dim), n = query.shape, expanded[2]
     heads, per_head = torch.Size([batch, h_q, q_len, n]), torch.Size([batch, h_q, q_len, head_dim])
     rec.record_blocks(stop_name(layer, "attn.scores"), spans[0], [query.shape, expanded], [heads], query.dtype)
     rec.record_blocks(stop_name(layer, "attn.softmax"), spans[1], [heads], [heads], query.dtype)
     rec.record_blocks(stop_name(layer, "attn.weighted_sum"), spans[2], [heads, expanded], [per_head], query.dtype)
     rec.record_blocks(stop_name(layer, "attn.merge_heads"), spans[3], [per_head], [merged.shape], merged.dtype)
-    rec.attention_done(layer)
-    return merged, None
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, explorer_attention)
@@ -313,7 +332,7 @@ def _time_stop_modules(model: nn.Module, restore: dict[nn.Module, Callable | Non
     (`_timed_forwards`). A forward the module already had as an instance attribute is timed in its
     turn; `restore` gets each module's previous one (or None), to be put back. Module hooks would instead
     send each of a step's ~400 module calls, stops or not, through torch's slower hook path. Every pass
-    of a model runs under its lock (`explorer.runner.session.model_lock`), so the wrappers see this
+    of a model runs under its lock (`explorer.runner.locks.model_lock`), so the wrappers see this
     step's pass alone."""
     for module, key, timed in _timed_forwards(model):
         attributes = vars(module)  # set directly: nn.Module.__setattr__'s checks cost ~1 ms a step here

@@ -7,11 +7,7 @@ any weight is read.
 
 from __future__ import annotations
 
-import gc
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,10 +15,11 @@ import torch
 from safetensors import SafetensorError
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from explorer.config import PRESET_SOURCES, SMOLLM2_PRESET, SamplingSettings, cache_dir, load_hf_config
-from explorer.errors import ConfigError, ModelLoadError
+from explorer.config import PRESET_SOURCES, SMOLLM2_PRESET, cache_dir, load_hf_config
+from explorer.errors import ConfigError, ModelLoadError, first_line
 from explorer.families import traced_family
 from explorer.runner import embedded
+from explorer.runner.collector import settle
 from explorer.runner.configs import transformers_config
 from explorer.runner.devices import (
     MEMORY_HEADROOM,
@@ -38,51 +35,26 @@ from explorer.runner.devices import (
     plan_placement,
 )
 from explorer.runner.embedded import Progress, report
-from explorer.runner.heap import map_large_blocks
+from explorer.runner.loaded import LoadedModel
+from explorer.runner.warm_up import warm_up
 
 if TYPE_CHECKING:
-    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_MODEL", "MEMORY_HEADROOM", "LoadedModel", "cache_dir", "estimate_weight_bytes",
            "free_memory_bytes", "load", "load_model", "load_shape_only", "preset_has_tokenizer",
-           "resolved_model_config", "warm_up"]
+           "resolved_model_config"]
 
 DEFAULT_MODEL = embedded.NAME
-
-
-@dataclass
-class LoadedModel:
-    """A model ready to trace.
-
-    Attributes:
-        model: the transformers causal LM, in eval mode with gradients off.
-        tokenizer: its tokenizer; None in shape-only mode (a prompt is then a token count).
-        name: what was asked for: "smollm2-135m-instruct", a hub id, a folder, or a preset.
-        description: one line for the UI and CLI saying what the weights are, where and in what dtype.
-        shape_only: True when the model lives on `meta` and has no weights.
-        device: where inputs go: "cpu", "mps", "cuda:0", ... or "meta" (for a model spread over
-            several GPUs, the device of its embedding).
-        eos_token_ids: the ids that end generation, from the generation config and the tokenizer.
-        dtype: the weights' dtype: "float32", "bfloat16" or "float16".
-    """
-
-    model: PreTrainedModel
-    tokenizer: PreTrainedTokenizerBase | None
-    name: str
-    description: str
-    shape_only: bool
-    device: str
-    eos_token_ids: list[int]
-    dtype: str = "float32"
 
 
 def load(model: str | None = None, config: str | None = None, device: str = "auto", dtype: str = "auto",
          progress: Progress | None = None) -> LoadedModel:
     """The start-up model of the app, the CLI and a notebook: a model by name or path, or a config in
     shape-only mode (the default model if neither); then what is alive is set aside from the garbage
-    collector and large tensors get pages of their own (`settle`).
+    collector and large tensors get pages of their own (`explorer.runner.collector.settle`).
 
     Args:
         model: hub id, local folder, or "smollm2-135m-instruct".
@@ -102,49 +74,6 @@ def load(model: str | None = None, config: str | None = None, device: str = "aut
         load_model(model or DEFAULT_MODEL, device=device, dtype=dtype, progress=progress)
     settle()
     return loaded
-
-
-def settle() -> None:
-    """Collect the garbage once, then move every object alive (the modules of torch, transformers and
-    Gradio, the loaded model: about 400,000 objects) into the collector's permanent generation
-    (`gc.freeze`), so that no later collection traverses them again.
-
-    A decode step builds a few thousand small records (its ~600 stops' shapes); the collections they
-    trigger otherwise re-scan everything alive: on the embedded model, 14.6 ms of each 83 ms decode step
-    went to the collector, 2.9 ms after this (measured over 60 steps with `gc.callbacks`, one torch
-    thread). The collection thresholds stay Python's: collecting the young generation every 10,000
-    allocations instead cut that to 0.9 ms but kept garbage cycles holding tensors alive longer, and a
-    2,048-token prompt's peak memory rose by 80-190 MB (three runs of each). Objects created later are
-    collected as usual.
-
-    From then on, a tensor of 1 MB or more gets pages of its own, returned when it is freed
-    (`explorer.runner.heap`): a long prefill's freed blocks no longer stay in the heap.
-    """
-    gc.collect()
-    gc.freeze()
-    map_large_blocks()
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector does not run inside (where it was enabled: the pause is
-    process-wide, and brief).
-
-    For a decode step: its ~2,500 timing events and shapes are freed by reference counting once the step
-    ends, so the collections their allocations would otherwise trigger in the step (about seven on the
-    embedded model) only traverse them again and again; paused, what the step keeps is traversed once,
-    at its end. A decode step's tensors are a few KB, so no garbage cycle holds much memory meanwhile (a
-    prefill, where one could hold activations, is not paused).
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        gc.collect(0)  # the young generation once, here rather than in whatever runs next
 
 
 def resolved_model_config(model: str | None = None, config: str | None = None) -> PretrainedConfig:
@@ -178,7 +107,7 @@ def load_model(name_or_path: str = DEFAULT_MODEL, device: str = "auto", dtype: s
     weights, the KV cache and the attention of `max_context_tokens` is checked against free memory
     first; a model too large for one GPU is spread over all of them where they fit together.
     Attention is transformers' default (SDPA); `trust_remote_code` is never enabled. A model with a
-    tokenizer is then warmed up (`warm_up`: one tiny traced step, thrown away).
+    tokenizer is then warmed up (`explorer.runner.warm_up`: one tiny traced step, thrown away).
 
     Raises:
         ConfigError: a folder without config.json, an unknown device or dtype, or a family the tracer lacks.
@@ -262,7 +191,7 @@ def _path_kind(name_or_path: str) -> tuple[Path, str | None]:
         path = Path(name_or_path).expanduser()
         kind = "dir" if path.is_dir() else "file" if path.is_file() else None
     except (OSError, RuntimeError) as exc:
-        raise ConfigError(f"'{name_or_path[:80]}' is neither a folder here nor a hub id ({_first_line(exc)[:80]}). "
+        raise ConfigError(f"'{name_or_path[:80]}' is neither a folder here nor a hub id ({first_line(exc)[:80]}). "
                           "Pass a hub id such as Qwen/Qwen3-0.6B, or the path of a model folder.") from exc
     return path, kind
 
@@ -278,13 +207,13 @@ def _pretrained_config(source: str, name: str):
     except OSError as exc:
         raise ModelLoadError(
             f"Cannot find '{name}': it is not a local folder, not in the Hugging Face cache, and the hub "
-            f"could not be reached or has no such model ({_first_line(exc)}). Download it where there is "
+            f"could not be reached or has no such model ({first_line(exc)}). Download it where there is "
             f"network (`hf download {name}`), pass a local folder, or run shape-only with --config."
         ) from exc
     except (ValueError, KeyError) as exc:
         raise ModelLoadError(
             f"transformers cannot read the config of '{name}' without running its own code "
-            f"({_first_line(exc)}); remote code is never run. Pick a model transformers supports natively."
+            f"({first_line(exc)}); remote code is never run. Pick a model transformers supports natively."
         ) from exc
 
 
@@ -332,7 +261,7 @@ def _from_pretrained(source: str, name: str, description: str | None, device: st
             source, config=config, dtype=need.dtype, device_map=placement.device_map,
             max_memory=placement.max_memory, trust_remote_code=False, **experts_implementation(config))
     except (OSError, SafetensorError) as exc:  # SafetensorError: a truncated or garbled .safetensors file
-        raise ModelLoadError(f"'{name}' has a config but its weights cannot be read ({_first_line(exc)}). "
+        raise ModelLoadError(f"'{name}' has a config but its weights cannot be read ({first_line(exc)}). "
                              "Re-download it, or run shape-only with --config.") from exc
     model.eval().requires_grad_(False)
     report(progress, f"Loading the tokenizer of {name}")
@@ -345,45 +274,6 @@ def _from_pretrained(source: str, name: str, description: str | None, device: st
     loaded = LoadedModel(model, tokenizer, name, description, False, input_device, eos_ids, dtype_name(need.dtype))
     warm_up(loaded, progress)
     return loaded
-
-
-# Every logits processor on, so each one's first call is paid here (greedy: the decode step).
-WARM_UP_SAMPLING = SamplingSettings(do_sample=True, temperature=0.7, top_k=5, top_p=0.9, min_p=0.05,
-                                    max_new_tokens=2)
-
-
-def warm_up(loaded: LoadedModel, progress: Progress | None = None) -> None:
-    """Run a tiny traced prefill (sampled, every filter on) and a greedy decode step, and throw them
-    away, so that no step a person runs carries the start-up costs that would show as wall time.
-
-    The first traced step after a load pays one-off costs in its stops' times. Measured on SmolLM2 on
-    a 2-core CPU (one torch thread, the other core busy; medians of 4 fresh processes, the first
-    prefill against the 4 after it): tokenize (the chat template's first compilation) 5.7 against
-    0.53 ms, embed 0.28 against 0.09 ms; with this warm-up 0.74 and 0.16 ms. `sample` showed no
-    first-call cost (3.9 against 3.7 ms; 3.6 warmed up): where it is the longest bar the machine is
-    busy (with two threads and the other core taken it read 30-230 ms in every step), not cold. On a
-    GPU the first kernels' loading and library handles add to the first step too (not measured
-    here). The same path a session runs (`InferenceSession`: hooks, eager attention, the sampling
-    processors, the detokenizer) pays them here, on the prompt "Hi": about the cost of one short
-    prefill and one decode step (0.4-0.6 s there). A model without a tokenizer is not warmed up: a
-    step on real weights needs a text prompt. A warm-up that fails is logged and ignored: the first
-    step then reports it plainly.
-    """
-    if loaded.shape_only or loaded.tokenizer is None:
-        return
-    from explorer.runner.session import InferenceSession  # the session module imports this one
-
-    report(progress, "Warming up: one tiny traced step, so the first one shown carries no start-up cost")
-    session = InferenceSession(loaded, WARM_UP_SAMPLING)
-    try:
-        session.prefill("Hi")
-        if not session.finished:
-            session.decode_step(SamplingSettings(max_new_tokens=2))
-    except Exception as exc:  # the warm-up is an optimisation; the first real step will say what fails
-        logger.warning("The warm-up step of %s failed (%s); the first step's times may include start-up costs.",
-                       loaded.name, _first_line(exc))
-    finally:
-        session.close()
 
 
 def _plan(config, device: str, dtype: str, max_context_tokens: int, name: str) -> tuple[MemoryNeed, Placement]:
@@ -442,8 +332,3 @@ def _eos_token_ids(eos_token_id: int | list[int] | None, tokenizer) -> list[int]
 def _parameter_count(model: torch.nn.Module) -> int:
     """Number of parameter elements; a tied embedding / LM head matrix counts once."""
     return sum(p.numel() for p in model.parameters())
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,62 +1,46 @@
 """`InferenceSession`: one person's inference, the prefill then one decode step at a time.
 
 The loaded model is shared read-only; everything per person (token ids, the `DynamicCache`, the
-`Run` its steps are appended to, its attention, the random generator) lives here. Model-running calls on one model are serialised by a
-per-model lock, and the hooks are attached for the duration of one call only.
+`Run` its steps are appended to, its attention, the random generator) lives here. Model-running calls
+on one model are serialised by a per-model lock (`explorer.runner.locks`), and the hooks are attached
+for the duration of one call only. The parts of a step live beside it: reading the prompt
+(`prompt_ids`), the memory check (`memory_check`), choosing the token (`choice`), what the step
+records (`step_record`, `pieces`), the order of steps and branching (`step_order`), and recomputing
+attention it did not keep (`attention_recompute`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections.abc import Callable
 
 import numpy as np
 import torch
 from transformers import DynamicCache
 
-from explorer.analysis.memory import (
-    DEFAULT_ATTENTION_BUDGET_BYTES,
-    PromptMemory,
-    longest_prompt,
-    prompt_memory,
-    query_bytes,
-)
-from explorer.analysis.pooling import matrix_part
+from explorer.analysis.memory import DEFAULT_ATTENTION_BUDGET_BYTES, PromptMemory
 from explorer.config import SamplingSettings
-from explorer.errors import PromptError, SessionStateError
 from explorer.run import PromptInputs, Run
 from explorer.runner.architectures import model_features, moe_layers
-from explorer.runner.assemble import Plan, assemble_ops, stop_plan
+from explorer.runner.assemble import assemble_ops
+from explorer.runner.attention_recompute import recompute_attention
 from explorer.runner.attention_store import LiveAttention
-from explorer.runner.batch import MAX_PROMPTS, Batch, pad_id
-from explorer.runner.detokenize import IncrementalDetokenizer, token_piece
-from explorer.runner.devices import free_memory_bytes
-from explorer.runner.gqa import recompute_probs
-from explorer.runner.hooks import StepRecorder, StopForward, tracing
-from explorer.runner.lens import DEFAULT_LENS_BUDGET_BYTES, LiveLens, capture_residuals, lens_positions
-from explorer.runner.loading import LoadedModel, collector_paused
-from explorer.runner.prompts import check_prompt_chars, check_unicode
-from explorer.runner.sampling import sample_next_token
+from explorer.runner.batch import Batch
+from explorer.runner.choice import draw_token, finish_reason
+from explorer.runner.collector import collector_paused
+from explorer.runner.detokenize import IncrementalDetokenizer
+from explorer.runner.hooks import StepRecorder
+from explorer.runner.lens import DEFAULT_LENS_BUDGET_BYTES, LiveLens, lens_positions
+from explorer.runner.loaded import LoadedModel
+from explorer.runner.locks import model_lock
+from explorer.runner.memory_check import check_memory, memory_estimate, step_query_bytes
+from explorer.runner.pieces import generated_text, lens_pieces, step_pieces, text_tokenizer, token_pieces
+from explorer.runner.prompt_ids import PromptReader
+from explorer.runner.step_order import check_branch, check_can_decode, crop_cache
+from explorer.runner.step_record import StopPlans, attention_records, kv_snapshots, routing_records, traced_forward
 from explorer.runner.timing import step_clock
-from explorer.stops import stop_table
-from explorer.trace import AttentionRecord, KVSnapshot, LensRecord, OpRecord, RoutingRecord, SamplingRecord, StepTrace
-
-# The most sequences one run takes together (`prefill(batch=...)`).
-MAX_BATCH = 256
-
-# Top tokens per step whose text pieces the run names (the sampling view draws 20 of them).
-PIECES_PER_STEP = 64
-
-_MODEL_LOCKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_LOCKS_GUARD = threading.Lock()
-
-
-def model_lock(model: torch.nn.Module) -> threading.Lock:
-    """The lock that serialises forward passes on `model` across sessions."""
-    with _LOCKS_GUARD:
-        return _MODEL_LOCKS.setdefault(model, threading.Lock())
+from explorer.trace import LensRecord, OpRecord, SamplingRecord, StepTrace
 
 
 class InferenceSession:
@@ -94,7 +78,8 @@ class InferenceSession:
         self.attention_budget_bytes = attention_budget_bytes
         self.features = model_features(loaded.model)
         self.moe_layers = moe_layers(loaded.model)
-        self._stop_plans: dict[tuple[str, int], Plan] = {}  # `_stop_plan`
+        self._stop_plans = StopPlans(self.features, self.moe_layers)
+        self._tokenizer = text_tokenizer(loaded)  # None where tokens have no text (shape-only mode)
         self.lens_budget_bytes = lens_budget_bytes
         self.lens: LiveLens | None = None  # the run's lens source, one per run (`_new_run`)
         self.run = self._new_run()
@@ -161,19 +146,10 @@ class InferenceSession:
         """Use new sampling settings from the next step on (the generator is not reseeded)."""
         self.settings = settings
 
-    def prefill(
-        self,
-        prompt: str | None = None,
-        use_chat_template: bool = True,
-        system_prompt: str | None = None,
-        prompt_tokens: int | None = None,
-        on_layer: Callable[[int, int], None] | None = None,
-        batch: int = 1,
-        lm_head_all: bool = False,
-        prompts: list[str] | None = None,
-        enable_thinking: bool = False,
-        on_start: Callable[[int, PromptMemory | None], None] | None = None,
-    ) -> StepTrace:
+    def prefill(self, prompt: str | None = None, use_chat_template: bool = True, system_prompt: str | None = None,
+                prompt_tokens: int | None = None, on_layer: Callable[[int, int], None] | None = None, batch: int = 1,
+                lm_head_all: bool = False, prompts: list[str] | None = None, enable_thinking: bool = False,
+                on_start: Callable[[int, PromptMemory | None], None] | None = None) -> StepTrace:
         """Run the whole prompt through the model on a fresh cache and choose the first token.
 
         Args:
@@ -206,33 +182,44 @@ class InferenceSession:
                 mode only); or a prompt whose estimated memory (`memory_estimate`, of one
                 sequence) exceeds the device's free memory, refused before anything is allocated.
         """
-        self._check_batch(batch)
+        self._prompt_reader().check_batch(batch)
         start = time.perf_counter()
-        rows = None if prompts is None else self._tokenize_batch(prompts, use_chat_template, system_prompt,
-                                                                 enable_thinking)
-        if rows is not None:
-            prompt, batch = "\n".join(prompts), rows.size
-            ids = rows.prefill_ids()[0]
-        else:
-            ids = self._tokenize(prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking)
-        self._check_memory(len(ids))
+        prompt, ids, rows = self._read_prompt(prompt, prompts, use_chat_template, system_prompt, prompt_tokens,
+                                              enable_thinking)
+        batch = rows.size if rows is not None else batch
+        check_memory(self.loaded, self.run.spec, self.attention_budget_bytes, len(ids))
         if on_start is not None:
             on_start(len(ids), self.memory_estimate(len(ids)))
         tokenize = OpRecord("tokenize", "tokenize", None, [], [[batch, len(ids)]], "int64",
                             (time.perf_counter() - start) * 1e3)
         with self._step_lock:
-            self._cache = DynamicCache(config=self.loaded.model.config)
-            self.ids, self.generated, self._failed_step = list(ids), [], None
-            self.batch, self.lm_head_all, self._batch = batch, bool(lm_head_all), rows
-            self._generator_states = []
-            self.run = self._new_run()
+            self._start_run(ids, batch, lm_head_all, rows)
             self.run.prompt = PromptInputs(prompt if prompt_tokens is None else None, bool(use_chat_template),
                                            system_prompt or "", prompt_tokens, bool(enable_thinking))
-            self.attention.reset()
-            self._detokenizer = IncrementalDetokenizer(self.loaded.tokenizer) if self._has_text() else None
             n_layers = self.loaded.model.config.num_hidden_layers
             report = None if on_layer is None else lambda layer: on_layer(layer, n_layers)
             return self._step("prefill", ids, {"tokenize": tokenize}, report)
+
+    def _read_prompt(self, prompt: str | None, prompts: list[str] | None, use_chat_template: bool,
+                     system_prompt: str | None, prompt_tokens: int | None,
+                     enable_thinking: bool) -> tuple[str | None, list[int], Batch | None]:
+        """(the prompt the run records, sequence 0's ids, the batch of `prompts` or None) of a prefill
+        (`explorer.runner.prompt_ids`); raises `PromptError` as `prefill`."""
+        reader = self._prompt_reader()
+        if prompts is None:
+            return prompt, reader.ids(prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking), None
+        rows = reader.batch(prompts, use_chat_template, system_prompt, enable_thinking, self.settings.seed)
+        return "\n".join(prompts), rows.prefill_ids()[0], rows
+
+    def _start_run(self, ids: list[int], batch: int, lm_head_all: bool, rows: Batch | None) -> None:
+        """A fresh cache, run, attention and detokenizer for a prefill of `ids` (B = `batch`)."""
+        self._cache = DynamicCache(config=self.loaded.model.config)
+        self.ids, self.generated, self._failed_step = list(ids), [], None
+        self.batch, self.lm_head_all, self._batch = batch, bool(lm_head_all), rows
+        self._generator_states = []
+        self.run = self._new_run()
+        self.attention.reset()
+        self._detokenizer = IncrementalDetokenizer(self._tokenizer) if self._tokenizer is not None else None
 
     def decode_step(self, settings: SamplingSettings | None = None) -> StepTrace:
         """Feed the last chosen token through the model and choose the next one.
@@ -246,7 +233,7 @@ class InferenceSession:
                 failed part-way (its cache may be half written).
         """
         with self._step_lock:
-            self._check_can_decode()
+            check_can_decode(self.run, self._failed_step)
             if settings is not None:
                 self.settings = settings
             if self._batch is not None:
@@ -264,18 +251,14 @@ class InferenceSession:
         what it half wrote).
 
         Raises:
-            SessionStateError: no such earlier step (`step_index` must be below the latest step), or
-                a sliding-window layer has already dropped keys the earlier step's context needs.
+            SessionStateError: no such earlier step (`step_index` must be below the latest step), a
+                batch of prompts, or a sliding-window layer has already dropped keys the earlier step's
+                context needs (`explorer.runner.step_order`).
         """
         with self._step_lock:
-            steps = self.run.steps
-            if self._batch is not None:
-                raise SessionStateError("A batch of prompts cannot go back to an earlier step; run a new prefill.")
-            if not 0 <= step_index < len(steps) - 1:
-                raise SessionStateError(f"There is no earlier step {step_index} to continue from: "
-                                        f"the steps run are 0 to {len(steps) - 1}.")
-            context = steps[step_index].context_length
-            self._crop_cache(context)
+            check_branch(self.run.steps, step_index, self._batch)
+            context = self.run.steps[step_index].context_length
+            crop_cache(self._cache, context)
             keep = step_index + 1
             self.ids, self.generated = self.ids[: context + 1], self.generated[:keep]
             self._generator.set_state(self._generator_states[step_index])
@@ -288,85 +271,20 @@ class InferenceSession:
                 for token_id in self.generated:
                     self._detokenizer.push(token_id)
 
-    def _crop_cache(self, context: int) -> None:
-        """Cut every cache layer back to its first `context` positions (`DynamicCache.crop`).
-
-        Raises:
-            SessionStateError: a sliding-window layer has filled its window, so it no longer holds the
-                keys of the earlier context (transformers can only crop it while it keeps them).
-        """
-        cache = self._cache
-        for layer in cache.layers:
-            window = getattr(layer, "sliding_window", None)
-            if window is not None and layer.get_seq_length() >= window:
-                raise SessionStateError(f"This model's sliding-window layers keep only their last {window} "
-                                        "keys and have dropped the earlier ones, so the cache cannot go back "
-                                        "to that step. Run a new prefill to start again.")
-        cache.crop(context - cache.get_seq_length())  # a negative count: the positions to remove
-
-    def _check_can_decode(self) -> None:
-        if not self.run.steps:
-            raise SessionStateError("Run the prefill first: a decode step continues a prompt.")
-        if self._failed_step is not None:
-            raise SessionStateError(f"The previous step failed ({self._failed_step}); its KV cache may be "
-                                    "half written. Run a new prefill.")
-        if self.finished:
-            reason = self.run.latest.finish_reason
-            raise SessionStateError(
-                f"Generation has ended ({reason.replace('_', ' ')}). Run a new prefill to start again."
-            )
-
     def _recompute_attention(self, step_index: int, layer: int, rows: tuple[int, int] | None = None,
                              key_factor: int = 1) -> np.ndarray:
         """A layer's attention probabilities for a step the session did not keep, or their part
-        (`LiveAttention`; `rows` and `key_factor` as `explorer.run.AttentionSource.probs` takes them).
-
-        Recomputing takes the step's queries, which the session keeps, and the keys in its cache
-        (`explorer.runner.gqa.recompute_probs`: the same values, bit for bit). Where the cache no longer
-        holds every key (a sliding-window layer keeps only its last ones, or the session was closed),
-        it runs the step's whole context on a fresh cache up to `layer` instead; causal masking makes
-        the step's query rows the same as in the cached pass.
+        (`LiveAttention`'s source; `explorer.runner.attention_recompute.recompute_attention`).
 
         Returns:
-            [h_q, q_len, kv_len] float32, rows sum to 1 (prefill [h_q, T, T], decode [h_q, 1, n]), or
-            its part.
+            [h_q, q_len, kv_len] float32, rows sum to 1, or its part.
 
         Raises:
             IndexError: no such step or layer.
             SessionStateError: in shape-only mode (there are no values).
         """
-        trace = self.run.steps[step_index]
-        if not 0 <= layer < len(trace.attention):
-            raise IndexError(f"layer {layer} of {len(trace.attention)}")
-        if self.loaded.shape_only:
-            raise SessionStateError("Shape-only mode computes no attention values.")
-        held = self._cache.layers[layer] if self._cache is not None else None
-        keys = held.keys if held is not None else None
-        # every position the layer has seen is held (a full sliding window holds only its last ones); a
-        # step in flight may have added its own keys: only the first n are read
-        if keys is not None and keys.shape[-2] == held.get_seq_length() >= trace.context_length:
-            inputs = self.attention.store.inputs[step_index][layer]
-            mask = self._batch.mask[:, :trace.context_length] if self._batch is not None else None
-            padding = mask[0] if mask is not None and not bool(mask.all()) else None  # else transformers masked none
-            return recompute_probs(inputs, keys[:1, :, :trace.context_length], padding, rows, key_factor)
-        return matrix_part(self._rerun_attention(trace, layer), rows, key_factor)
-
-    def _rerun_attention(self, trace: StepTrace, layer: int) -> np.ndarray:
-        recorder = StepRecorder(stop_after_layer=layer)  # the times are not kept: no device clock
-        cache = DynamicCache(config=self.loaded.model.config)
-        inputs = {"input_ids": torch.tensor([self.ids[: trace.context_length]], device=self.loaded.device)}
-        if self._batch is not None:  # sequence 0 alone, with its padding masked as in the batch
-            inputs["attention_mask"] = self._batch.mask[:1, :trace.context_length].to(self.loaded.device)
-            inputs["position_ids"] = self._batch.positions()[:1, :trace.context_length].to(self.loaded.device)
-        model = self.loaded.model
-        with model_lock(model), torch.inference_mode(), tracing(model, cache, recorder, hook_modules=False):
-            try:
-                model(**inputs, cache=cache, use_cache=True, logits_to_keep=1)
-            except StopForward:
-                pass
-        recorder.finish()
-        q_len, kv_len = trace.attention[layer].shape[1:]  # a sliding-window layer sees only its last kv_len keys
-        return recorder.attention[layer][:, -q_len:, -kv_len:]
+        return recompute_attention(self.loaded, self.run.steps, step_index, layer, self._cache, self.attention.store,
+                                   self._batch, self.ids, rows, key_factor)
 
     @property
     def batch_rows(self) -> list[list[int]]:
@@ -377,107 +295,24 @@ class InferenceSession:
     @property
     def batch_texts(self) -> list[str]:
         """Each sequence's generated text, special tokens left out ("" in shape-only mode)."""
-        if not self._has_text():
+        if self._tokenizer is None:
             return [""] * self.batch
         return [self.text] if self._batch is None else self._batch.texts(self.loaded.tokenizer)
 
-    def _tokenize_batch(self, prompts: list[str], use_chat_template: bool, system_prompt: str | None,
-                        enable_thinking: bool) -> Batch:
-        if not isinstance(prompts, list) or not 1 <= len(prompts) <= MAX_PROMPTS:
-            raise PromptError(f"A batch takes 1 to {MAX_PROMPTS} prompts, one per line.")
-        rows = [self._encode(text, use_chat_template, system_prompt, enable_thinking) for text in prompts]
-        self._check_length(max(len(row) for row in rows))
-        return Batch.start(rows, pad_id(self.loaded), self.settings.seed)
-
-    def _check_batch(self, batch) -> None:
-        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
-            raise PromptError(f"The batch must be a whole number of sequences from 1 to {MAX_BATCH}.")
-        if batch > 1 and not self.loaded.shape_only:
-            raise PromptError("A batch of copies runs in shape-only mode (--config); with real weights, give "
-                              "one prompt per sequence.")
+    def _prompt_reader(self) -> PromptReader:
+        """This session's model and prompt limits, as they are now (`explorer.runner.prompt_ids`)."""
+        return PromptReader(self.loaded, self.max_prompt_tokens, self.limit_advice)
 
     def prompt_ids(self, prompt: str, use_chat_template: bool = True, system_prompt: str | None = None,
                    enable_thinking: bool = False) -> list[int]:
         """The token ids a prefill of `prompt` would feed (the same checks; raises `PromptError` as `prefill`)."""
-        return self._tokenize(prompt, use_chat_template, system_prompt, None, enable_thinking)
-
-    def _tokenize(self, prompt, use_chat_template, system_prompt, prompt_tokens, enable_thinking) -> list[int]:
-        if prompt_tokens is None:
-            ids = self._encode(prompt, use_chat_template, system_prompt, enable_thinking)
-            self._check_length(len(ids))
-            return ids
-        if not self.loaded.shape_only:
-            raise PromptError("A prompt given as a token count is for shape-only mode (--config); "
-                              "with real weights, give the prompt as text.")
-        if not isinstance(prompt_tokens, int) or prompt_tokens < 1:
-            raise PromptError("A prompt needs at least one token: give a whole number of tokens, 1 or more.")
-        self._check_length(prompt_tokens)  # before allocating: a huge count is refused, not built
-        return [0] * prompt_tokens
+        return self._prompt_reader().ids(prompt, use_chat_template, system_prompt, None, enable_thinking)
 
     def memory_estimate(self, n_tokens: int) -> PromptMemory | None:
         """The estimated memory of a prefill of `n_tokens` here (`explorer.analysis.memory`), in the
         model's dtype and this session's attention budget; None in shape-only mode or for a family
         the cost model does not know."""
-        spec = self.run.spec
-        if spec is None or self.loaded.shape_only:
-            return None
-        return prompt_memory(spec, n_tokens, self.loaded.model.dtype.itemsize, self.attention_budget_bytes)
-
-    def _query_bytes(self, q_len: int) -> int:
-        """The post-RoPE queries a step of `q_len` tokens keeps, all layers (as `memory_estimate`
-        counts them); 0 where the estimate is not made."""
-        spec = self.run.spec
-        if spec is None or self.loaded.shape_only:
-            return 0
-        return query_bytes(spec, q_len, self.loaded.model.dtype.itemsize)
-
-    def _check_memory(self, n_tokens: int) -> None:
-        """Refuse a prompt whose estimated memory beyond the loaded weights exceeds the device's free
-        memory, before the session allocates anything for it."""
-        need = self.memory_estimate(n_tokens)
-        if need is None:
-            return
-        device = torch.device(self.loaded.device)
-        free = free_memory_bytes(device)
-        if need.run_bytes <= free:
-            return
-        fits = longest_prompt(self.run.spec, self.loaded.model.dtype.itemsize, self.attention_budget_bytes, free,
-                              n_tokens)
-        raise PromptError(
-            f"The prompt is {n_tokens:,} tokens; running it needs {need.summary()}. Beyond the loaded weights "
-            f"that is {need.run_bytes / 1e6:,.0f} MB, but {device} has {free / 1e6:,.0f} MB free. Shorten the "
-            f"prompt to at most {fits:,} tokens, or free memory (close other programs or sessions) and run it again."
-        )
-
-    def _check_length(self, n_tokens: int) -> None:
-        limit = self.loaded.model.config.max_position_embeddings
-        if n_tokens >= limit:
-            raise PromptError(
-                f"The prompt is {n_tokens} tokens; this model's context window is {limit} tokens "
-                "and one more is needed for the first new token. Shorten the prompt."
-            )
-        if self.max_prompt_tokens is not None and n_tokens > self.max_prompt_tokens:
-            raise PromptError(f"The prompt is {n_tokens} tokens; here the limit is {self.max_prompt_tokens}. "
-                              + self.limit_advice)
-
-    def _encode(self, prompt: str | None, use_chat_template: bool, system_prompt: str | None,
-                enable_thinking: bool) -> list[int]:
-        tokenizer = self.loaded.tokenizer
-        if tokenizer is None:
-            raise PromptError("This model has no tokenizer here: give the prompt as a token count.")
-        check_prompt_chars(prompt, "prompt", self.max_prompt_tokens, self.limit_advice)
-        check_prompt_chars(system_prompt, "system prompt", self.max_prompt_tokens, self.limit_advice)
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise PromptError("The prompt is empty: type some text to run through the model.")
-        check_unicode(prompt, "prompt")
-        check_unicode(system_prompt or "", "system prompt")
-        if use_chat_template and tokenizer.chat_template:
-            messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-            messages.append({"role": "user", "content": prompt})
-            text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                                 enable_thinking=bool(enable_thinking))
-            return tokenizer(text, add_special_tokens=False)["input_ids"]
-        return tokenizer(prompt)["input_ids"]
+        return memory_estimate(self.loaded, self.run.spec, self.attention_budget_bytes, n_tokens)
 
     def _step(self, stage: str, new_ids: list[int], extra: dict[str, OpRecord], on_layer) -> StepTrace:
         """Run one step. Any failure once the forward pass has begun (the cache may hold part of the
@@ -493,68 +328,37 @@ class InferenceSession:
         keep = 0 if self.lm_head_all else 1  # transformers: 0 keeps every position
         inputs = self._batch.inputs(stage, self.loaded.device) if self._batch is not None else {
             "input_ids": torch.tensor([new_ids] * self.batch, device=self.loaded.device)}
-        keeper = self.attention.store.keeper(self._query_bytes(inputs["input_ids"].shape[-1]))
-        recorder = StepRecorder(step_clock(model, self.loaded.device), keep_attention=keeper, on_layer=on_layer)
+        query_bytes = step_query_bytes(self.loaded, self.run.spec, inputs["input_ids"].shape[-1])
+        recorder = StepRecorder(step_clock(model, self.loaded.device),
+                                keep_attention=self.attention.store.keeper(query_bytes), on_layer=on_layer)
         lens_width = 0 if self.loaded.shape_only else lens_positions(len(new_ids), model.config.num_hidden_layers)
-        with model_lock(model), torch.inference_mode(), capture_residuals(model, lens_width) as residuals, \
-                tracing(model, self._cache, recorder):
-            start = time.perf_counter()
-            output = model(**inputs, cache=self._cache, use_cache=True, logits_to_keep=keep)
-            recorder.finish()  # on CUDA the step's one synchronise, so wall_ms covers the GPU's work
-            wall_ms = (time.perf_counter() - start) * 1e3
-        kv, context_length = self._kv_snapshots(), self._cache.get_seq_length()
-        sampling, token_text, finish_reason = self._choose(output.logits[:, -1], extra)
+        output, wall_ms, residuals = traced_forward(model, self._cache, inputs, recorder, lens_width, keep)
+        kv, context_length = kv_snapshots(self._cache), self._cache.get_seq_length()
+        sampling, token_text, finish = self._choose(output.logits[:, -1], extra)
         trace = StepTrace(
             stage=stage, step_index=len(self.run.steps), input_ids=list(new_ids), input_pieces=self.pieces(new_ids),
             context_length=context_length,
-            ops=assemble_ops(self._stop_plan(stage, len(kv)), recorder.events, self.features, extra),
-            kv=kv, attention=[AttentionRecord(i, shape, recorder.first_key_sums.get(i))
-                              for i, shape in sorted(recorder.attention_shapes.items())],
+            ops=assemble_ops(self._stop_plans.plan(stage, len(kv)), recorder.events, self.features, extra),
+            kv=kv, attention=attention_records(recorder),
             logits=sampling.stages[0].logits if sampling else None,  # the raw stage: one array, not two
-            sampling=sampling, token_text=token_text, finished=bool(finish_reason), finish_reason=finish_reason,
+            sampling=sampling, token_text=token_text, finished=bool(finish), finish_reason=finish,
             wall_ms=wall_ms, device=str(self.loaded.device), shape_only=self.loaded.shape_only,
-            batch_texts=self.batch_texts if self._batch is not None else [],
-            routing=[RoutingRecord(layer, n_experts, ids.tolist(), weights.float().cpu().numpy())
-                     for layer, (ids, weights, n_experts) in sorted(recorder.routing.items())],
+            batch_texts=self.batch_texts if self._batch is not None else [], routing=routing_records(recorder),
         )
         self.attention.store.add(recorder.attention, recorder.attention_inputs)
         # after the draw, each column's next token is known; the lens itself waits until asked for
         self.lens.add(residuals, trace.logits, self.ids[-lens_width:] if lens_width else [],
                       context_length - lens_width)
-        self.run.append(trace, self._named_pieces(trace), self._text())
+        self.run.append(trace, step_pieces(self._tokenizer, trace, self.run.pieces),
+                        generated_text(self._tokenizer, self.generated))
         return trace
-
-    def _stop_plan(self, stage: str, n_layers: int) -> Plan:
-        """The stops of a step (`explorer.stops.stop_table`) as `assemble_ops` reads them, built once per stage."""
-        key = (stage, n_layers)
-        if key not in self._stop_plans:
-            self._stop_plans[key] = stop_plan(stop_table(self.features, n_layers, stage, self.moe_layers))
-        return self._stop_plans[key]
-
-    def _kv_snapshots(self) -> list[KVSnapshot]:
-        return [
-            KVSnapshot(i, list(layer.keys.shape), list(layer.values.shape),
-                       layer.keys.numel() * layer.keys.element_size(),
-                       layer.values.numel() * layer.values.element_size())
-            for i, layer in enumerate(self._cache.layers)
-        ]
 
     def _choose(self, logits: torch.Tensor, extra: dict[str, OpRecord]) -> tuple[SamplingRecord | None, str, str]:
         """Sample (or, shape-only, take a placeholder id) and detokenise: (how the token was chosen, the
-        text it adds, why generation ends or "")."""
+        text it adds, why generation ends or ""); the "sample" and "detokenize" stops go into `extra`."""
         start = time.perf_counter()
-        vocab = int(logits.shape[-1])
-        sampling = None
-        if self.loaded.shape_only:
-            token_id = 0
-        elif self._batch is not None:
-            sampling = self._batch.choose(logits, self.settings, self.loaded.eos_token_ids)
-            token_id = self._batch.rows[0][-1]
-        else:
-            ids = torch.tensor([self.ids], dtype=torch.long)
-            sampling = sample_next_token(logits[0], ids, self.settings, self._generator)
-            token_id = sampling.token_id
-        batch = self.batch
+        sampling, token_id = draw_token(self.loaded, self._batch, self.ids, self.settings, self._generator, logits)
+        batch, vocab = self.batch, int(logits.shape[-1])
         extra["sample"] = OpRecord("sample", "sample", None, [[batch, vocab]], [[batch]], "int64",
                                    (time.perf_counter() - start) * 1e3)
         start = time.perf_counter()
@@ -564,47 +368,13 @@ class InferenceSession:
         token_text = self._detokenizer.push(token_id) if self._detokenizer else ""
         extra["detokenize"] = OpRecord("detokenize", "detokenize", None, [[batch]], [], "str",
                                        (time.perf_counter() - start) * 1e3)
-        return sampling, token_text, self._finish_reason(token_id)
-
-    def _named_pieces(self, trace: StepTrace) -> dict[int, str]:
-        """The pieces of the ids a step names that the run does not yet: the ids it fed, the token it
-        chose and its `PIECES_PER_STEP` top tokens (its lens names its own once computed)."""
-        named = set(trace.input_ids)
-        if trace.logits is not None:
-            named.add(trace.sampling.token_id)
-            top = min(PIECES_PER_STEP, trace.logits.size)
-            # torch's top-k: 0.1 ms over SmolLM2's 49,152 logits, numpy's argpartition 0.5 ms
-            named.update(torch.from_numpy(trace.logits).topk(top, sorted=False).indices.tolist())
-        new = sorted(named.difference(self.run.pieces))
-        return dict(zip(new, self.pieces(new), strict=True))
+        return sampling, token_text, finish_reason(self.loaded, self._batch, token_id, len(self.generated),
+                                                   len(self.ids), self.settings.max_new_tokens)
 
     def _name_lens_pieces(self, record: LensRecord) -> None:
         """Name the top tokens of a logit lens just computed (`LiveLens`'s `on_record`)."""
-        new = sorted(set(np.unique(record.top_ids).tolist()).difference(self.run.pieces))
-        self.run.add_pieces(dict(zip(new, self.pieces(new), strict=True)))
-
-    def _text(self) -> str:
-        """The generated text, special tokens left out ("" in shape-only mode); a character still
-        incomplete after the last token (part of an emoji's UTF-8 bytes) is held back."""
-        if not self._has_text():
-            return ""
-        return self.loaded.tokenizer.decode(self.generated, skip_special_tokens=True).rstrip("\ufffd")
-
-    def _finish_reason(self, token_id: int) -> str:
-        ended = self._batch.ended if self._batch is not None else token_id in self.loaded.eos_token_ids
-        if not self.loaded.shape_only and ended:
-            return "eos"
-        if len(self.generated) >= self.settings.max_new_tokens:
-            return "max_new_tokens"
-        if len(self.ids) >= self.loaded.model.config.max_position_embeddings:
-            return "context_full"
-        return ""
-
-    def _has_text(self) -> bool:
-        return self.loaded.tokenizer is not None and not self.loaded.shape_only
+        self.run.add_pieces(lens_pieces(self._tokenizer, record, self.run.pieces))
 
     def pieces(self, ids: list[int]) -> list[str]:
         """Each token id's text alone (`token_piece`: what a token chip shows); "" for each in shape-only mode."""
-        if not self._has_text():
-            return [""] * len(ids)
-        return [token_piece(self.loaded.tokenizer, i) for i in ids]
+        return token_pieces(self._tokenizer, ids)

@@ -20,6 +20,7 @@ from transformers import (
 from explorer.config import load_hf_config
 from explorer.errors import ConfigError, ModelLoadError, UnknownPresetError
 from explorer.runner import devices, embedded, loading
+from explorer.runner.collector import collector_paused
 from explorer.runner.configs import transformers_config
 from explorer.runner.loading import DEFAULT_MODEL, load, load_model, load_shape_only
 
@@ -286,14 +287,14 @@ def test_the_collector_pause_collects_the_young_generation_at_its_end_and_restor
 
     gc.callbacks.append(count)
     try:
-        with pytest.raises(RuntimeError), loading.collector_paused():
+        with pytest.raises(RuntimeError), collector_paused():
             assert not gc.isenabled()
             young = [[] for _ in range(5 * gc.get_threshold()[0])]  # past the young generation's threshold
             assert collections == [] and young
             raise RuntimeError
         assert gc.isenabled() and collections == [0]
         gc.disable()
-        with loading.collector_paused():
+        with collector_paused():
             pass
         assert not gc.isenabled() and collections == [0]
     finally:

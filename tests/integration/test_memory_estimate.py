@@ -13,7 +13,7 @@ from explorer.analysis.memory import prompt_memory
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError
 from explorer.run import Run
-from explorer.runner import session as session_module
+from explorer.runner import memory_check
 from explorer.runner.attention_store import AttentionStore
 from explorer.runner.session import InferenceSession
 from tests.tiny_models import tiny_model
@@ -52,7 +52,7 @@ def test_a_prompt_that_would_not_fit_is_refused_before_anything_is_allocated(mon
     loaded = tiny_model("llama")
     session = InferenceSession(loaded)
     need = session.memory_estimate(len(PROMPT))
-    monkeypatch.setattr(session_module, "free_memory_bytes", lambda device: need.run_bytes - 1)
+    monkeypatch.setattr(memory_check, "free_memory_bytes", lambda device: need.run_bytes - 1)
     calls = []
     hook = loaded.model.register_forward_pre_hook(lambda module, args: calls.append(1))
     before = session.run
@@ -75,7 +75,7 @@ def test_a_prompt_that_just_fits_runs(monkeypatch):
     loaded = tiny_model("llama")
     session = InferenceSession(loaded)
     need = session.memory_estimate(len(PROMPT))
-    monkeypatch.setattr(session_module, "free_memory_bytes", lambda device: need.run_bytes)
+    monkeypatch.setattr(memory_check, "free_memory_bytes", lambda device: need.run_bytes)
     shown = []
     trace = session.prefill(PROMPT, use_chat_template=False, on_start=lambda n, estimate: shown.append((n, estimate)))
     assert len(trace.input_ids) == len(PROMPT) and shown == [(len(PROMPT), need)]

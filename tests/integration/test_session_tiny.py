@@ -17,6 +17,7 @@ from explorer.analysis.spec import ModelSpec
 from explorer.config import SamplingSettings
 from explorer.errors import PromptError, SessionStateError
 from explorer.families import traced_family
+from explorer.runner import attention_recompute
 from explorer.runner.session import InferenceSession
 from explorer.saved import run_from_dict, run_to_dict
 from explorer.stops import stop_table
@@ -186,7 +187,7 @@ def test_a_recompute_while_a_step_is_in_flight_reads_the_cache_not_a_rerun(steps
     lean.prefill(PROMPT)
     with torch.inference_mode():  # the step in flight: its keys in the cache, its trace not yet in the run
         loaded.model(torch.tensor([[lean.ids[-1]]]), cache=lean._cache, use_cache=True)
-    monkeypatch.setattr(lean, "_rerun_attention", lambda trace, layer: pytest.fail("reran the context"))
+    monkeypatch.setattr(attention_recompute, "rerun_attention", lambda *args: pytest.fail("reran the context"))
     full = [i for i, layer in enumerate(lean._cache.layers) if type(layer) is DynamicLayer]  # not a sliding window
     if not full:
         pytest.skip("every layer of this tiny model is a sliding window shorter than the prompt: it reruns")

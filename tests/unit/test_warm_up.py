@@ -7,8 +7,9 @@ import torch
 from tiny_models import tiny_model
 
 from explorer.runner import loading
-from explorer.runner.loading import load_model, load_shape_only, warm_up
+from explorer.runner.loading import load_model, load_shape_only
 from explorer.runner.session import InferenceSession
+from explorer.runner.warm_up import warm_up
 
 
 def spy_steps(monkeypatch) -> list[tuple]:
@@ -72,6 +73,6 @@ def test_a_failing_warm_up_is_logged_not_raised(monkeypatch, caplog):
         raise RuntimeError("out of memory")
 
     monkeypatch.setattr(InferenceSession, "prefill", broken)
-    with caplog.at_level("WARNING", logger="explorer.runner.loading"):
+    with caplog.at_level("WARNING", logger="explorer.runner.warm_up"):
         warm_up(tiny_model("llama"))
     assert "warm-up step of tiny-llama failed (out of memory)" in caplog.text
