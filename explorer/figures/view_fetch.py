@@ -82,7 +82,7 @@ def roofline_data(run: Run, sources: ViewSources, options: ViewOptions) -> Roofl
     measured_roofs = services.measured_roofs(shown.device) if measured and options.hardware != THIS_MACHINE else None
     costs = tuple(scenario_costs(run.spec, own, scenario) for own in executed) if scenario.active else executed
     return RooflineData(run, costs=costs, executed=executed if scenario.active else (),
-                        sweeps=sweeps(run.spec, executed[-1], scenario, run.config.get("max_position_embeddings") or 4096),
+                        sweeps=sweeps(run.spec, executed[-1], scenario, run.spec.context_window or 4096),
                         hardware=roofline_machine(run, options.hardware, services, sources.saved),
                         measured=measured, measured_roofs=measured_roofs)
 
