@@ -35,7 +35,7 @@ from explorer.figures.forward_text import (
 )
 from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, set_layout
 from explorer.journey import step_label
-from explorer.stops import parse_stop_name
+from explorer.stop_names import parse_stop_name
 from explorer.trace import OpRecord, StepTrace
 
 # x is measured in characters of the labels' monospace font (10 px: about 6.1 px a character), so a
