@@ -40,6 +40,7 @@ class Stop:
             (tokenize, sample, detokenize).
         cost: its cost records; None for a stop that moves nothing (a view, an indexing broadcast)
             or runs on the CPU.
+        short: its label in the forward-pass diagram where the name's last part is not clear enough.
     """
 
     name: str
@@ -50,6 +51,12 @@ class Stop:
     engines: str
     shapes: ShapeRule | None = None
     cost: CostRule | None = None
+    short: str = ""
+
+    @property
+    def label(self) -> str:
+        """The stop's label in the forward-pass diagram: `short`, else the name's last part ("q_proj")."""
+        return self.short or self.name.split(".")[-1]
 
 
 _NORM = ("x̂ = x / √(mean(x²) + ε) ⊙ γ", "[B, T, d] → [B, T, d]", "γ [d]")
@@ -62,8 +69,8 @@ _MERGED_GATE_UP = "Engines merge W_gate and W_up into one GEMM (vLLM MergedColum
 _QK_NORM = "Engines fuse QK-norm with RoPE (and the KV-cache write) in one kernel."
 
 
-def _norm(name: str) -> Stop:
-    return Stop(name, "norm", *_NORM, _FUSED_NORM, shape.on_residual(1), cost.norm(name))
+def _norm(name: str, short: str = "") -> Stop:
+    return Stop(name, "norm", *_NORM, _FUSED_NORM, shape.on_residual(1), cost.norm(name), short)
 
 
 def _attention_gemm(name: str, formula: str, symbols: str, weight: str, engines: str, width) -> Stop:
@@ -77,7 +84,7 @@ def _mlp_gemm(name: str, formula: str, symbols: str, weight: str, engines: str, 
 
 _ROWS = [
     Stop("tokenize", "tokenize", "text → token ids (chat template, then the tokenizer)", "text → [B, T]", None,
-         "Engines tokenize on the CPU while the GPU runs other requests' steps."),
+         "Engines tokenize on the CPU while the GPU runs other requests' steps.", short="token ids"),
     Stop("embed", "gather", "x_t = E[id_t]: a row lookup, no arithmetic", "[B, T] → [B, T, d]", "E [V, d]",
          "A gather of T rows of E; with a tied LM head E is also the LM head's weight.", shape.embed, cost.embed),
     Stop("pos_embed", "gather", "p_t = P[t]: a row of the learned position table per position (GPT-2)",
@@ -100,25 +107,28 @@ _ROWS = [
          _QK_NORM, shape.qk_norm(query=False), cost.qk_norm(query=False)),
     Stop("attn.split_heads", "reshape", "view [B, T, h·d_h] as [B, h, T, d_h] (no copy, no kernel)",
          "[B, T, h_q·d_h] [B, T, h_kv·d_h]×2 → [B, h_q, T, d_h] [B, h_kv, T, d_h]×2", None,
-         "A view of the same memory: no copy, no kernel, in engines too.", shape.split_heads),
+         "A view of the same memory: no copy, no kernel, in engines too.", shape.split_heads,
+         short="split heads"),
     Stop("attn.rope", "rope", "q' = q·cos + rotate_half(q)·sin, the same for k (not v)",
          "[B, h_q, T, d_h] [B, h_kv, T, d_h] → same", None,
          "Engines rotate q and k in place, often in the kernel that writes the KV cache.", shape.rope, cost.rope),
     Stop("attn.kv_cache_write", "cache_write", "K_cache = [K_cache; K], V_cache = [V_cache; V]",
          "[B, h_kv, T, d_h]×2 → [B, h_kv, n, d_h]×2", None,
          "Paged KV cache: vLLM writes K and V into fixed-size blocks (PagedAttention), so a growing sequence "
-         "never reallocates.", shape.kv_cache_write, cost.kv_cache_write),
+         "never reallocates.", shape.kv_cache_write, cost.kv_cache_write, short="KV write"),
     Stop("attn.gqa_expand", "broadcast", "query head h reads K and V head ⌊h / g⌋, g = h_q / h_kv (a broadcast, no "
          "copy)", "[B, h_kv, n, d_h]×2 → [B, h_q, n, d_h]×2", None,
-         "Attention kernels read each KV head once for its g query heads: no expanded copy.", shape.gqa_expand),
+         "Attention kernels read each KV head once for its g query heads: no expanded copy.", shape.gqa_expand,
+         short="GQA"),
     Stop("attn.scores", "batched_gemm", "S = Q·Kᵀ / √d_h + causal mask",
          "[B, h_q, T, d_h] [B, h_q, n, d_h] → [B, h_q, T, n]", None, _FLASH, shape.scores, cost.scores),
     Stop("attn.softmax", "softmax", "P = softmax(S) along each row (float32)", "[B, h_q, T, n] → [B, h_q, T, n]",
          None, _FLASH, shape.softmax, cost.softmax),
     Stop("attn.weighted_sum", "batched_gemm", "O = P · V", "[B, h_q, T, n] [B, h_q, n, d_h] → [B, h_q, T, d_h]",
-         None, _FLASH, shape.weighted_sum, cost.weighted_sum),
+         None, _FLASH, shape.weighted_sum, cost.weighted_sum, short="P·V"),
     Stop("attn.merge_heads", "reshape", "O: [B, h_q, T, d_h] → [B, T, h_q·d_h]", "[B, h_q, T, d_h] → [B, T, h_q·d_h]",
-         None, "A view back to [B, T, h_q·d_h] (a copy only if not contiguous).", shape.merge_heads),
+         None, "A view back to [B, T, h_q·d_h] (a copy only if not contiguous).", shape.merge_heads,
+         short="merge heads"),
     Stop("attn.o_proj", "gemm", "Y = O · W_oᵀ", "[B, T, h_q·d_h] → [B, T, d]", "W_o [d, h_q·d_h]",
          "With tensor parallelism each GPU holds a slice of W_o and the outputs are all-reduced here.",
          shape.o_proj, cost.attention_projection("attn.o_proj")),
@@ -148,7 +158,7 @@ _ROWS = [
          "parallelism each GPU holds some experts and the rows travel to them.", shape.experts, cost.experts),
     Stop("mlp_residual", "elementwise", "x = x + mlp(x)", _RESIDUAL, None,
          "Fused into the next layer's input RMSNorm in engines.", shape.on_residual(2), cost.residual("mlp_residual")),
-    _norm("final_norm"),
+    _norm("final_norm", short="final norm"),
     Stop("lm_head", "gemm", "logits = x_last · W_lmᵀ (last position only)", "[B, 1, d] → [B, 1, V]", "W_lm [V, d]",
          "Logits for the last position only (done here too): engines skip the prompt's other positions.",
          shape.lm_head, cost.lm_head),

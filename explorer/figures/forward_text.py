@@ -14,12 +14,10 @@ from explorer.figures.dims import coloured
 from explorer.figures.stop_docs import engine_note, stop_doc, weight_shape
 from explorer.figures.theme import plain_label, si_text, visible_piece
 from explorer.journey import shape_text, step_label
+from explorer.stop_catalogue import CATALOGUE
 from explorer.stop_names import parse_stop_name
 from explorer.trace import OpRecord, StepTrace
 
-SHORT_NAMES = {"tokenize": "token ids", "attn.kv_cache_write": "KV write", "attn.split_heads": "split heads",
-               "attn.merge_heads": "merge heads", "attn.gqa_expand": "GQA", "attn.weighted_sum": "P·V",
-               "attn.scores": "scores", "final_norm": "final norm"}
 PREFILL_TEXT, DECODE_TEXT = "#0b4f8a", "#9a3a00"  # the prefill's shapes in blue, the decode step's in orange
 
 
@@ -97,7 +95,8 @@ def _compact(shape: list[int] | None) -> str:
 
 def _short(key: str) -> str:
     relative = parse_stop_name(key)[1]
-    return SHORT_NAMES.get(relative, relative.split(".")[-1])
+    row = CATALOGUE.get(relative)
+    return row.label if row else relative.split(".")[-1]
 
 
 def _weight_symbol(stop: str) -> str:
