@@ -156,7 +156,7 @@ def _kv_cache(i: LessonInputs) -> str:
     held = total_bytes(step.kv)
     per_token = held / step.context_length
     kv_flops = 2 * spec.hidden_size * 2 * spec.n_kv_heads * spec.head_dim * spec.n_layers  # K and V, one token
-    most = i.run.config.get("max_position_embeddings") or 0
+    most = spec.context_window
     at_most = f"; at this model's whole context of {most:,} tokens: **{_bytes(per_token * most)}**" if most else ""
     return (f"After {_label(step)} the cache holds K and V of **n = {step.context_length}** positions in "
             f"{spec.n_layers} layers: **{_bytes(held)}** (measured), **{_bytes(per_token)} per token**{at_most}. "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import fields
+from typing import get_args
 
 from explorer.analysis.precision import canonical_dtype
 from explorer.config import SamplingSettings
@@ -29,10 +30,10 @@ from explorer.run_schema_fields import (
     fail,
 )
 from explorer.run_schema_records import check_attention, check_lens, check_routing
+from explorer.stop_names import StopKind
 from explorer.trace import KVSnapshot, OpRecord, StepTrace
 
-OP_KINDS = frozenset({"gather", "norm", "gemm", "reshape", "rope", "cache_write", "broadcast", "batched_gemm",
-                      "softmax", "elementwise", "experts", "sample", "tokenize", "detokenize"})  # `OpRecord.kind`
+OP_KINDS = frozenset(get_args(StopKind))  # `OpRecord.kind`
 FILTERS = ("temperature", "top_k", "top_p", "min_p")  # the sampling stages after "raw", in generate's order
 FINISH_REASONS = frozenset({"", "eos", "max_new_tokens", "context_full"})
 DEVICE = re.compile(r"(cpu|cuda|mps|xpu|meta)(:\d{1,3})?")  # what `str(torch.device)` gives for these

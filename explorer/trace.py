@@ -24,9 +24,10 @@ class OpRecord:
 
     Attributes:
         name: canonical stop name, e.g. `embed`, `layers.3.attn.k_proj`, `lm_head` (see
-            `explorer.stops.stop_name`).
-        kind: operator kind: gather, norm, gemm, reshape, rope, cache_write, broadcast, batched_gemm,
-            softmax, elementwise, sample, tokenize, detokenize.
+            `explorer.stop_names.stop_name`).
+        kind: operator kind (`explorer.stop_names.StopKind`): gather, norm, gemm, reshape, rope,
+            cache_write, broadcast, batched_gemm, softmax, elementwise, experts, sample, tokenize,
+            detokenize; each stop's is its row's in `explorer.stop_catalogue`.
         layer: decoder layer index, None outside the layers.
         input_shapes: shapes of the inputs, e.g. [[1, 17, 576]].
         output_shapes: shapes of the outputs (two for K and V where a stop produces both). A step's

@@ -9,17 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from explorer.analysis.costs import (
-    embed_cost,
-    layer_costs,
-    lm_head_cost,
-    position_costs,
-    step_costs,
-    step_total,
-    totals_by_op,
-)
+from explorer.analysis.costs import step_costs, step_total, totals_by_op
 from explorer.analysis.precision import Precision, canonical_dtype
-from explorer.analysis.records import CostOptions, OpCost, Step, norm_cost
+from explorer.analysis.records import CostOptions, OpCost, Step
 from explorer.analysis.spec import ModelSpec
 from explorer.trace import StepTrace
 
@@ -173,11 +165,7 @@ def stop_costs(spec: ModelSpec, trace: StepTrace, layer: int) -> dict[str, OpCos
         ConfigError: the trace's dtype is not one the cost model knows.
     """
     step, options = step_from_trace(trace), trace_options(trace)
-    costs = [embed_cost(spec, step, options), *position_costs(spec, step, options),
-             *layer_costs(spec, layer, step, options),
-             norm_cost("final_norm", None, step.rows, spec.hidden_size, spec.norm, options.precision),
-             lm_head_cost(spec, step, options)]
-    return {cost.name: cost for cost in costs}
+    return {cost.name: cost for cost in step_costs(spec, step, options, layers=(layer,))}
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def layer_params(spec: ModelSpec, layer: int, active: bool = False) -> int:
 def embedding_params(spec: ModelSpec) -> int:
     """V*d for the token table, d*positions for a learned position table, V*d more if the head is untied."""
     tables = 1 if spec.tie_word_embeddings else 2
-    return tables * spec.vocab_size * spec.hidden_size + spec.max_positions * spec.hidden_size
+    return tables * spec.vocab_size * spec.hidden_size + spec.position_table_rows * spec.hidden_size
 
 
 def param_counts(spec: ModelSpec) -> ParamCounts:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from explorer.analysis.precision import Precision
-from explorer.stops import parse_stop_name, stop_name
+from explorer.stop_names import parse_stop_name, stop_name
 
 STAGES = ("prefill", "decode")
 

@@ -44,7 +44,10 @@ class ModelSpec:
         qkv_bias: q/k/v projections have a bias (Qwen2, GPT-2; Llama-like with `attention_bias`).
         o_bias: o_proj has a bias (GPT-2; Llama-like with `attention_bias`).
         mlp_bias: the MLP projections have biases (GPT-2; Llama with `mlp_bias`).
-        max_positions: rows of a learned position table (GPT-2), else 0.
+        context_window: the most positions the model was trained for, its context window (GPT-2:
+            `n_positions`, also the rows of its learned position table; Gemma 3: its `text_config`'s
+            `max_position_embeddings`; the others: `max_position_embeddings`); 0 where the config
+            gives none.
         layer_windows: per layer, the sliding-window length or None for full attention.
         n_experts: routed experts per MoE layer, 0 for dense.
         experts_per_token: experts each token is routed to (k), 0 for dense.
@@ -68,7 +71,7 @@ class ModelSpec:
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
-    max_positions: int = 0
+    context_window: int = 0
     layer_windows: tuple[int | None, ...] = ()
     n_experts: int = 0
     experts_per_token: int = 0
@@ -119,6 +122,11 @@ class ModelSpec:
     def embed_scale(self) -> bool:
         """Embeddings are multiplied by sqrt(d) (Gemma 3)."""
         return self.arch.embed_scale
+
+    @property
+    def position_table_rows(self) -> int:
+        """Rows of a learned position table (GPT-2: the context window), 0 with rotary positions."""
+        return self.context_window if self.arch.positions == "learned" else 0
 
     @property
     def gqa_group_size(self) -> int:
@@ -194,7 +202,7 @@ def _from_gpt2(config: dict, family: Family) -> ModelSpec:
     return ModelSpec(
         family=family.model_type, hidden_size=hidden, n_layers=n_layers, n_heads=heads, n_kv_heads=heads,
         head_dim=hidden // heads, intermediate_size=width, vocab_size=config["vocab_size"],
-        tie_word_embeddings=bool(config.get("tie_word_embeddings")), max_positions=config["n_positions"],
+        tie_word_embeddings=bool(config.get("tie_word_embeddings")), context_window=config["n_positions"],
         layer_windows=(None,) * n_layers, moe_layers=(False,) * n_layers, dense_intermediate_size=width,
         **_biases(config, family),
     )
@@ -213,6 +221,7 @@ def _from_llama_like(config: dict, family: Family) -> ModelSpec:
         head_dim=head_dim or hidden // heads,  # no head_dim: d / h_q, as the attention modules compute it
         intermediate_size=expert_width if any(moe_layers) else dense_width,
         vocab_size=config["vocab_size"], tie_word_embeddings=bool(config.get("tie_word_embeddings")),
+        context_window=config.get("max_position_embeddings") or 0,
         layer_windows=_layer_windows(config, family, n_layers),
         n_experts=_n_experts(config) if any(moe_layers) else 0,
         experts_per_token=config["num_experts_per_tok"] if any(moe_layers) else 0,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from explorer.stops import parse_stop_name
+from explorer.stop_names import parse_stop_name
 from explorer.trace import OpRecord, StepTrace
 
 PERF_COUNTER_RESOLUTION_MS = time.get_clock_info("perf_counter").resolution * 1e3  # 1e-6 ms on Linux

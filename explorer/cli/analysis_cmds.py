@@ -76,7 +76,7 @@ def run_roofline(args: argparse.Namespace) -> int:
 
     config = resolved_config(args.config)
     spec = ModelSpec.from_hf_config(config)
-    step = _step(args, config)
+    step = _step(args, spec)
     options = CostOptions(
         precision=Precision(weights=args.weight_dtype, activations=args.act_dtype, kv=args.kv_dtype),
         merged_projections=args.merged, lm_head_all_positions=args.lm_head_all,
@@ -97,7 +97,7 @@ def run_roofline(args: argparse.Namespace) -> int:
     return 0
 
 
-def _step(args: argparse.Namespace, config: dict) -> Step:
+def _step(args: argparse.Namespace, spec: ModelSpec) -> Step:
     """The step the flags describe, checked against the stage and the model's context window.
 
     Raises:
@@ -108,13 +108,13 @@ def _step(args: argparse.Namespace, config: dict) -> Step:
     if args.stage == "decode" and args.tokens is not None:
         raise ConfigError("--tokens is for --stage prefill; a decode step has one token and a --context.")
     positions = (args.tokens or DEFAULT_TOKENS) if args.stage == "prefill" else (args.context or DEFAULT_CONTEXT)
-    _check_window(config, positions)
+    _check_window(spec, positions)
     return Step.prefill(positions, args.batch) if args.stage == "prefill" else Step.decode(positions, args.batch)
 
 
-def _check_window(config: dict, positions: int) -> None:
+def _check_window(spec: ModelSpec, positions: int) -> None:
     """Raises ConfigError where `positions` exceed the model's context window (where the config gives one)."""
-    window = config.get("max_position_embeddings") or config.get("n_positions")
+    window = spec.context_window
     if window and positions > window:
         raise ConfigError(f"{positions:,} positions exceed this model's context window of {window:,} tokens.")
 
@@ -159,10 +159,9 @@ def run_info(args: argparse.Namespace) -> int:
     """Print a config's dimensions, parameter counts and KV-cache bytes per token."""
     from explorer.runner.configs import resolved_config
 
-    config = resolved_config(args.config)
+    spec = ModelSpec.from_hf_config(resolved_config(args.config))
     if args.prompt_tokens is not None:
-        _check_window(config, args.prompt_tokens)
-    spec = ModelSpec.from_hf_config(config)
+        _check_window(spec, args.prompt_tokens)
     counts = param_counts(spec)
     windows = sorted({w for w in spec.layer_windows if w})
     rows = [

@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from explorer.figures.theme import plain_label, set_layout
 from explorer.journey import step_label
-from explorer.stops import stop_name
+from explorer.stop_names import stop_name
 from explorer.trace import RoutingRecord, StepTrace
 
 PANEL_GAP_PX = 70  # between the diagram and the panels: the bars' title sits in it

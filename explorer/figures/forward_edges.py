@@ -6,7 +6,7 @@ from stop to stop, weight to stop and cache write to KV cache, over the nodes pl
 from __future__ import annotations
 
 from explorer.figures.forward_layout import BOX_H, PARALLEL_SLOTS, Column, Node, row_width
-from explorer.stops import parse_stop_name
+from explorer.stop_names import parse_stop_name
 
 EDGE_COLOUR, SPINE_COLOUR = "#9a9a9a", "#c9c9c9"
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from explorer.figures.forward_text import Stages, node_label
-from explorer.stops import parse_stop_name
+from explorer.stop_names import parse_stop_name
 from explorer.trace import OpRecord
 
 # x is measured in characters of the labels' monospace font (10 px: about 6.1 px a character), so a

@@ -7,7 +7,7 @@ from __future__ import annotations
 from explorer.figures.forward_layout import Column, Node
 from explorer.figures.forward_text import DECODE_TEXT, PREFILL_TEXT, Stages, dimension_values
 from explorer.journey import step_label
-from explorer.stops import parse_stop_name
+from explorer.stop_names import parse_stop_name
 
 FRAME_COLOUR = "#6e7781"
 

@@ -11,15 +11,13 @@ from explorer.analysis.records import OpCost
 from explorer.analysis.timing_stats import ms_number, noise_text, spread_text, stop_timing
 from explorer.families import Family
 from explorer.figures.dims import coloured
-from explorer.figures.stop_docs import ENGINE_NOTES, stop_doc, weight_shape
+from explorer.figures.stop_docs import engine_note, stop_doc, weight_shape
 from explorer.figures.theme import plain_label, si_text, visible_piece
 from explorer.journey import shape_text, step_label
-from explorer.stops import parse_stop_name
+from explorer.stop_catalogue import CATALOGUE
+from explorer.stop_names import parse_stop_name
 from explorer.trace import OpRecord, StepTrace
 
-SHORT_NAMES = {"tokenize": "token ids", "attn.kv_cache_write": "KV write", "attn.split_heads": "split heads",
-               "attn.merge_heads": "merge heads", "attn.gqa_expand": "GQA", "attn.weighted_sum": "P·V",
-               "attn.scores": "scores", "final_norm": "final norm"}
 PREFILL_TEXT, DECODE_TEXT = "#0b4f8a", "#9a3a00"  # the prefill's shapes in blue, the decode step's in orange
 
 
@@ -97,7 +95,8 @@ def _compact(shape: list[int] | None) -> str:
 
 def _short(key: str) -> str:
     relative = parse_stop_name(key)[1]
-    return SHORT_NAMES.get(relative, relative.split(".")[-1])
+    row = CATALOGUE.get(relative)
+    return row.label if row else relative.split(".")[-1]
 
 
 def _weight_symbol(stop: str) -> str:
@@ -143,7 +142,7 @@ def node_hover(key: str, stages: Stages, tied: bool) -> str:
             continue
         lines.append(f"{step_label(trace)}: {_numbers(ops.get(key), stages, weight_symbols)}")
         lines.append("    " + _cost_text(key, index, stages) + " · " + _wall_text(ops.get(key), trace))
-    lines.append(f"<i>engines: {ENGINE_NOTES.get(relative, '')}</i>")
+    lines.append(f"<i>engines: {engine_note(relative)}</i>")
     return "<br>".join(lines)
 
 
@@ -194,7 +193,7 @@ def _kv_hover(stages: Stages) -> str:
         lines.append(f"after {step_label(trace)}: n = {kv.key_shape[2]}{window}, {shape_text(kv.key_shape)} ×2, "
                      f"{si_text(kv.key_bytes + kv.value_bytes, 'B')}")
     lines.append("a decode step writes one position and reads all n")
-    lines.append(f"<i>engines: {ENGINE_NOTES['attn.kv_cache_write']}</i>")
+    lines.append(f"<i>engines: {engine_note('attn.kv_cache_write')}</i>")
     return "<br>".join(lines)
 
 

@@ -25,7 +25,7 @@ from explorer.figures.dims import coloured
 from explorer.figures.stop_docs import stop_doc, weight_shape
 from explorer.figures.theme import base_layout, kind_colour, plain_label, set_layout, subplot_grid
 from explorer.journey import shape_text, step_label
-from explorer.stops import parse_stop_name
+from explorer.stop_names import parse_stop_name
 from explorer.trace import OpRecord, StepTrace
 
 ROW_PX = 16  # a row per stop: the 26 rows of a Llama layer, the stops around it and the key fit 660 px

@@ -21,8 +21,17 @@ from explorer.analysis.sinks import first_token_column_sum
 from explorer.figures.attention import pooling_factor, stack_attention, stack_rows, zoom_window
 from explorer.figures.sampling import same_sampling
 from explorer.figures.view_types import (
-    AttentionData, AttentionRows, ForwardData, LensData, RooflineData, RunData, SamplingData, SinkSums,
-    ViewOptions, ViewServices, ViewSources,
+    AttentionData,
+    AttentionRows,
+    ForwardData,
+    LensData,
+    RooflineData,
+    RunData,
+    SamplingData,
+    SinkSums,
+    ViewOptions,
+    ViewServices,
+    ViewSources,
 )
 from explorer.run import AttentionSource, Run
 from explorer.trace import StepTrace
@@ -82,7 +91,7 @@ def roofline_data(run: Run, sources: ViewSources, options: ViewOptions) -> Roofl
     measured_roofs = services.measured_roofs(shown.device) if measured and options.hardware != THIS_MACHINE else None
     costs = tuple(scenario_costs(run.spec, own, scenario) for own in executed) if scenario.active else executed
     return RooflineData(run, costs=costs, executed=executed if scenario.active else (),
-                        sweeps=sweeps(run.spec, executed[-1], scenario, run.config.get("max_position_embeddings") or 4096),
+                        sweeps=sweeps(run.spec, executed[-1], scenario, run.spec.context_window or 4096),
                         hardware=roofline_machine(run, options.hardware, services, sources.saved),
                         measured=measured, measured_roofs=measured_roofs)
 

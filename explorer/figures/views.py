@@ -17,7 +17,6 @@ import numpy as np
 import plotly.graph_objects as go
 
 from explorer.analysis.sinks import SinkSummary, first_token_importance
-from explorer.families import FAMILIES
 from explorer.figures.attention import attention_figure, zoom_window
 from explorer.figures.experts import add_routing_panel
 from explorer.figures.forward import forward_figure
@@ -29,10 +28,18 @@ from explorer.figures.sampling import same_sampling, sampling_figure
 from explorer.figures.theme import empty_figure, presenter_style
 from explorer.figures.view_fetch import attention_data, forward_data, lens_data, roofline_data, run_data, sampling_data
 from explorer.figures.view_types import (
-    AttentionData, ForwardData, LensData, RooflineData, RunData, SamplingData, ViewOptions, ViewSources,
+    AttentionData,
+    ForwardData,
+    LensData,
+    RooflineData,
+    RunData,
+    SamplingData,
+    ViewOptions,
+    ViewSources,
 )
 from explorer.run import Run
 
+UNKNOWN_FAMILY = "A model family the explorer does not know: its heads and cache layout are not known."
 NO_VALUES = "Shape-only mode: the model has no weights, so there are no {} to show (shapes and costs only)."
 
 
@@ -40,10 +47,10 @@ def fig_forward(data: ForwardData, options: ViewOptions) -> go.Figure:
     """The shown layer as a data-flow diagram, the prefill's measured shapes beside the shown step's; a
     mixture-of-experts layer adds its routing under it (`explorer.figures.experts.add_routing_panel`)."""
     decode = data.run.step(options.step) if options.step > 0 else None
-    config = data.run.config
+    spec = data.run.spec
     figure = forward_figure(data.run.steps[0], decode, options.layer, len(data.run.steps[0].kv),
-                            tied_lm_head=bool(config.get("tie_word_embeddings")), costs=data.stop_costs,
-                            presenter=options.presenter, family=FAMILIES.get(config.get("model_type")))
+                            tied_lm_head=bool(spec and spec.tie_word_embeddings), costs=data.stop_costs,
+                            presenter=options.presenter, family=spec.arch if spec else None)
     shown = decode or data.run.steps[0]
     router = next((op for op in shown.ops if op.name == f"layers.{options.layer}.mlp.router"), None)
     if router is None:  # a dense layer
@@ -53,20 +60,11 @@ def fig_forward(data: ForwardData, options: ViewOptions) -> go.Figure:
                              data.run.pieces_until(shown.step_index), logits[-1], choices[-1])
 
 
-def query_heads(config: dict) -> int:
-    """h_q from a config as transformers writes it (`num_attention_heads`; GPT-2: `n_head`).
-
-    Raises:
-        KeyError: neither field is there.
-    """
-    return config["n_head"] if "num_attention_heads" not in config and "n_head" in config else \
-        config["num_attention_heads"]
-
-
 def fig_journey(data: RunData, options: ViewOptions) -> go.Figure:
     """The stops of one layer, prefill beside the shown decode step (none while the prefill is shown)."""
     decode = data.run.step(options.step) if options.step > 0 else None
-    return journey_figure(data.run.steps[0], decode, options.layer, FAMILIES.get(data.run.config.get("model_type")))
+    spec = data.run.spec
+    return journey_figure(data.run.steps[0], decode, options.layer, spec.arch if spec else None)
 
 
 def fig_attention(data: AttentionData, options: ViewOptions) -> go.Figure:
@@ -109,9 +107,10 @@ def sink_note(importance: np.ndarray, every_layer: np.ndarray | None, threshold:
 
 def fig_kv_cache(data: RunData, options: ViewOptions) -> go.Figure:
     """Every layer's KV cache over the steps up to the shown one, against an MHA model's."""
-    trace = data.run.step(options.step)
-    n_heads = query_heads(data.run.config)
-    return kv_cache_figure(list(data.run.steps[: trace.step_index + 1]), n_heads, trace.step_index)
+    trace, spec = data.run.step(options.step), data.run.spec
+    if spec is None:
+        return empty_figure("kv_cache", UNKNOWN_FAMILY)
+    return kv_cache_figure(list(data.run.steps[: trace.step_index + 1]), spec.n_heads, trace.step_index)
 
 
 def fig_sampling(data: SamplingData, options: ViewOptions) -> go.Figure:

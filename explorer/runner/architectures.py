@@ -13,7 +13,7 @@ import weakref
 from torch import nn
 
 from explorer.families import Family, traced_family
-from explorer.stops import stop_name
+from explorer.stop_names import stop_name
 
 _NAMES_BY_MODEL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

@@ -16,7 +16,7 @@ import torch
 
 from explorer.families import Family
 from explorer.runner.hooks import Event
-from explorer.stops import parse_stop_name, stop_name
+from explorer.stop_names import parse_stop_name, stop_name
 from explorer.trace import OpRecord
 
 _PROJECTIONS = ("q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "qkv_proj")

@@ -37,7 +37,7 @@ from explorer.runner.gqa import (
     softmax,
 )
 from explorer.runner.timing import Clock, CudaEventClock
-from explorer.stops import parse_stop_name, stop_name
+from explorer.stop_names import parse_stop_name, stop_name
 
 ATTN_IMPLEMENTATION = "explorer_eager"
 # transformers' experts implementations (integrations/moe.py): "eager" is the modeling file's own loop over

@@ -6,7 +6,7 @@ import pytest
 from tiny_models import FAMILY_EXTRAS, tiny_model
 
 from explorer.runner.architectures import model_features, moe_layers, stop_module_names
-from explorer.stops import parse_stop_name
+from explorer.stop_names import parse_stop_name
 
 
 @pytest.mark.parametrize("model_type", sorted(FAMILY_EXTRAS))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from analysis_configs import QWEN3_30B_A3B
 
-from explorer.analysis.costs import experts_touched, step_costs, step_total, totals_by_op
+from explorer.analysis.costs import step_costs, step_total, totals_by_op
+from explorer.analysis.stop_costs import experts_touched
 from explorer.analysis.precision import Precision
 from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.spec import ModelSpec

@@ -7,7 +7,8 @@ import pytest
 
 from explorer.errors import ConfigError
 from explorer.families import FAMILIES, traced_family
-from explorer.stops import layer_stops, parse_stop_name, stop_name, stop_table
+from explorer.stop_names import parse_stop_name, stop_name
+from explorer.stops import layer_stops, stop_table
 
 LLAMA_LIKE = [
     ("tokenize", "tokenize"), ("embed", "gather"),

@@ -12,8 +12,9 @@ from figure_traces import TINY, run_traces
 
 from explorer.families import FAMILIES
 from explorer.figures.journey import NOISE_COLOUR, journey_figure
-from explorer.figures.stop_docs import STOP_DOCS, weight_shape
+from explorer.figures.stop_docs import weight_shape
 from explorer.figures.theme import kind_colour
+from explorer.stop_catalogue import CATALOGUE
 from explorer.stops import layer_stops, stop_table
 
 TRACES = run_traces(TINY, decode_steps=2)
@@ -175,7 +176,7 @@ def test_every_stop_of_every_family_has_a_formula():
              for name, _, layer in stop_table(family, 1, "prefill") if layer is None}  # GPT-2: pos_embed, embed_add
     names = outer | {name for family in FAMILIES.values() if family.traced for moe in {False, family.moe}
                      for name, _ in layer_stops(family, moe)}
-    assert names == set(STOP_DOCS)
+    assert names == set(CATALOGUE)
 
 
 def test_a_layer_the_model_lacks_is_refused():
