@@ -14,7 +14,7 @@ from explorer import __version__
 from explorer.errors import ExplorerError
 
 COMMAND_MODULES = ["explorer.cli.app_cmd", "explorer.cli.trace_cmd", "explorer.cli.analysis_cmds",
-                   "explorer.cli.lens_cmd", "explorer.cli.equivalence_cmd"]
+                   "explorer.cli.lens_cmd", "explorer.cli.equivalence_cmd", "explorer.cli.lab_cmd"]
 PROG = "llm-explorer"
 DESCRIPTION = """Step through one real LLM inference, prefill then decode, stop by stop: every tensor
 shape, the attention, the KV cache, the sampling and each operator on the roofline. It runs the
@@ -28,6 +28,7 @@ EXAMPLES = """examples:
   {prog} roofline --config llama-3-8b --stage decode --batch 64
   {prog} lens "The capital of France is"      # each layer's top-1 at the last position
   {prog} equivalence "The capital of France is"
+  {prog} lab prefix "You are a helpful tutor. Explain the KV cache." --chat-template
 
 '{prog} COMMAND --help' gives a command's options."""
 

@@ -8,6 +8,8 @@ one session (its `session_hash`), as a browser tab's do.
 
 from __future__ import annotations
 
+from explorer.lab.table import LAB
+
 STEP_OUTPUTS = ("Returns the step outputs: the status line (Markdown: tokens in, context n, wall time measured, "
                 "FLOPs and bytes estimated), the token strip (HTML), the generated text, the step menu, the layer, "
                 "then one Plotly figure per view (the forward pass drawn; get any view with /figure).")
@@ -22,6 +24,9 @@ API = {
     "figure": "One view of this client's run as Plotly JSON text (`plotly.io.from_json`), drawn as the app draws "
               "it: `view` is forward, journey, attention, kv_cache, sampling, roofline or lens; `step` None is the latest; "
               "`hardware` None is the machine the run ran on.",
+    "lab": "One of the lab's experiments (`name`: " + ", ".join(LAB) + ") run for real on this client's prompt; "
+           "`first`, `second`, `third`: its parameters in the order `llm-explorer lab NAME --help` lists them (None: "
+           "the default). Returns its figure and its lesson text (Markdown).",
     "export": "This client's run as JSON, every step's trace and attention matrix (`Explorer.open(path)`, or the "
               "app's \"Load a saved run\", shows it with no model). Returns the file.",
 }

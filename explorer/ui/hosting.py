@@ -57,6 +57,7 @@ class Limits:
         max_upload_bytes: largest file a visitor may upload (a saved run), bytes; Gradio refuses a
             larger one while it arrives. Locally `run_schema.MAX_RUN_BYTES`, the largest saved run
             the app reads at all.
+        lab_caps: the lab's experiments capped at their hosted sizes (`LabParam.hosted_maximum`).
     """
 
     max_prompt_tokens: int = 2048
@@ -70,6 +71,7 @@ class Limits:
     max_pending_events: int | None = None
     max_export_bytes: int | None = None
     max_upload_bytes: int = MAX_RUN_BYTES
+    lab_caps: bool = False
 
 
 LOCAL = Limits()
@@ -79,7 +81,7 @@ LOCAL = Limits()
 # An export of 64 MiB takes about 10 s to write here; 20 pages' latest exports hold at most 1.3 GB of disk.
 HOSTED = Limits(max_prompt_tokens=512, max_new_tokens=128, max_run_tokens=32, max_sessions=20, queue_size=32,
                 allowed_models=HOSTED_MODELS, max_sessions_per_client=3, session_lease_s=SESSION_LEASE_S,
-                max_pending_events=2, max_export_bytes=64 * 2**20, max_upload_bytes=64 * 2**20)
+                max_pending_events=2, max_export_bytes=64 * 2**20, max_upload_bytes=64 * 2**20, lab_caps=True)
 
 
 def limits_for(hosted: bool | None = None) -> Limits:

@@ -22,6 +22,7 @@ from explorer.figures.attention import ZOOM_TOKENS
 from explorer.figures.lens import LENS_STATS
 from explorer.figures.theme import empty_figure
 from explorer.figures.views import VIEWS
+from explorer.lab.table import LAB
 from explorer.runner.prompts import max_prompt_chars
 from explorer.ui import handlers
 from explorer.ui.export import remove_leftovers, size_text
@@ -51,7 +52,7 @@ VIEW_TITLES = {"forward": "Forward pass", "journey": "Journey", "attention": "At
 PLOT_IDS = {"forward": "forward-plot", "journey": "journey-plot", "attention": "attention-plot",
             "kv_cache": "kv-plot", "sampling": "sampling-plot", "roofline": "roofline-plot", "lens": "lens-plot"}
 SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · **R** reset (R again: yes) · "
-             "**1-7** switch views (**8** the experiment) · **F** full screen · **S** these settings · **L** the lesson (its pages: "
+             "**1-7** switch views (**8** the experiment, **9** the lab) · **F** full screen · **S** these settings · **L** the lesson (its pages: "
              "← →, PageUp, PageDown)")
 TITLE = ("**LLM Inference Explorer** · a prompt, its **prefill**, then one **decode** step at a time · "
          "**Lesson** (key **L**): a tour of your run · "
@@ -309,7 +310,25 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[s
                     steps = gr.Number(4, label="greedy steps", precision=0, minimum=1,
                                       maximum=handlers.APP_EQUIVALENCE_STEPS, elem_id="equivalence-steps",
                                       info="The model is busy while it runs: seconds to a minute on a CPU.")
-    return container, tabs, plots, {"equivalence_steps": steps, "equivalence_btn": button}
+        with gr.Tab("Lab", id="lab", elem_id="tab-lab") as tabs["lab"]:
+            plots["lab"], lab = _lab_panel()
+    return container, tabs, plots, {"equivalence_steps": steps, "equivalence_btn": button, **lab}
+
+
+def _lab_panel() -> tuple[gr.Plot, dict[str, gr.components.Component]]:
+    """The lab: an inference engine's trick run on the prompt (`explorer.lab.table.LAB`), its figure
+    with the menu, the parameters, the button and the lesson text beside it."""
+    first = next(iter(LAB.values()))
+    with gr.Row(equal_height=False):
+        plot = gr.Plot(empty_figure("lab", handlers.LAB_EMPTY), show_label=False, elem_id="lab-plot", scale=3)
+        with gr.Column(scale=1, min_width=260, elem_id="lab-controls"):
+            menu = gr.Dropdown([(e.title, e.name) for e in LAB.values()], value=first.name, label="Experiment",
+                               elem_id="lab-select")
+            boxes = [gr.Number(elem_id=f"lab-param-{slot}", precision=0, **handlers.lab_param_box(first, slot))
+                     for slot in range(handlers.LAB_PARAM_SLOTS)]
+            button = gr.Button("Run it on this prompt", variant="primary", elem_id="lab-btn")
+            text = gr.Markdown(first.what, elem_id="lab-text", latex_delimiters=[])
+    return plot, {"lab_select": menu, "lab_params": boxes, "lab_btn": button, "lab_text": text}
 
 
 def _what_if_controls() -> dict[str, gr.components.Component]:

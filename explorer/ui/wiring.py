@@ -182,6 +182,11 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
                                     show_progress="hidden", api_visibility="private")
     c["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["equivalence_steps"]],
                                c["plots"]["equivalence"], show_progress="minimal", **model_queue)
+    c["lab_select"].input(handlers.on_lab_select, c["lab_select"], [*c["lab_params"], c["lab_text"]],
+                          queue=False, show_progress="hidden", api_visibility="private")
+    c["lab_btn"].click(handlers.on_lab_click, [c["visit"], c["lab_select"], *c["lab_params"], c["presenter"]],
+                       [c["plots"]["lab"], c["lab_text"]], show_progress="minimal", api_name="lab",
+                       api_description=API["lab"], concurrency_id=MODEL_QUEUE, validator=app.validate_model_event)
     c["lens_stat"].input(handlers.on_lens_stat_change, named(c, ("visit", "lens_stat", "step", "presenter")),
                          c["plots"]["lens"], show_progress="hidden", api_visibility="private")
     c["sink"].change(handlers.on_sink_threshold_change,

@@ -245,7 +245,7 @@ whenReady(() => {
 });
 
 // Keyboard shortcuts (outside text fields): N next token, P prefill, R reset (asks first; R again
-// confirms), 1-7 switch views (8 the experiment tab), F the views full screen, S open or close the settings (the sidebar),
+// confirms), 1-7 switch views (8 the experiment tab, 9 the lab), F the views full screen, S open or close the settings (the sidebar),
 // L open or end the lesson; while it is open, the right and left arrows (and a presenter's clicker:
 // PageDown, PageUp) turn its pages.
 document.addEventListener("keydown", (event) => {

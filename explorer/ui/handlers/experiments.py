@@ -1,11 +1,16 @@
 """The experiments' events: "equivalent is not identical" (the same logits computed equivalent
-ways), run on the prefill's prompt and kept in the run (an export saves it)."""
+ways), run on the prefill's prompt and kept in the run (an export saves it); and the lab's (an
+inference engine's trick run on the prompt: `explorer.lab.table.LAB`), drawn with its lesson text."""
 
 from __future__ import annotations
 
-from explorer.errors import SessionStateError
+import gradio as gr
+
+from explorer.errors import ConfigError, SessionStateError
 from explorer.figures.equivalence import equivalence_figure
-from explorer.figures.theme import empty_figure
+from explorer.figures.theme import empty_figure, presenter_style
+from explorer.lab.params import read_params
+from explorer.lab.table import LAB, Experiment
 from explorer.ui.handlers.controls import index
 from explorer.ui.handlers.redraw import is_open
 from explorer.ui.toasts import shows_errors
@@ -13,6 +18,8 @@ from explorer.ui.views import Visit
 
 EQUIVALENCE_EMPTY = "Prefill a prompt, then press \"Run the experiment\": the same logits computed equivalent ways."
 APP_EQUIVALENCE_STEPS = 8  # the experiment holds the shared model: few steps in the app (the CLI takes 32)
+LAB_EMPTY = "Prefill a prompt, pick an experiment and press \"Run it on this prompt\": an engine's trick, run for real."
+LAB_PARAM_SLOTS = 3  # the lab's parameter boxes: an experiment shows as many as it has parameters
 
 
 def on_equivalence_tab(visit: Visit | None):
@@ -34,3 +41,44 @@ def on_equivalence_click(visit: Visit | None, steps: float | None):
 
     visit.run.equivalence = run_equivalence(visit.session.loaded, visit.run.steps[0].input_ids, max(1, count))
     return equivalence_figure(visit.run.equivalence, visit.run.piece)
+
+
+def lab_param_box(experiment: Experiment, slot: int) -> dict:
+    """The properties of parameter box `slot` for `experiment`: its parameter's label, default and
+    range, or hidden where the experiment has fewer parameters."""
+    if slot >= len(experiment.params):
+        return {"visible": False, "value": None, "label": "unused"}
+    param = experiment.params[slot]
+    return {"visible": True, "value": param.default, "label": param.label, "minimum": param.minimum,
+            "maximum": param.maximum, "info": param.help}
+
+
+def on_lab_select(name: str) -> tuple:
+    """Another experiment picked: its parameter boxes, and what it runs (until it has run)."""
+    experiment = LAB[name]
+    return (*(gr.update(**lab_param_box(experiment, slot)) for slot in range(LAB_PARAM_SLOTS)), experiment.what)
+
+
+@shows_errors
+def on_lab_click(visit: Visit | None, name: str, first: float | None = None, second: float | None = None,
+                 third: float | None = None, presenter: bool = False):
+    """Run experiment `name` on the prefill's prompt (the model's lock held meanwhile) with its
+    parameters (`first`, `second`, `third`, in its row's order; None: the default). Returns its figure
+    and its lesson text.
+
+    Raises:
+        ExplorerError: no live run, an unknown experiment, a parameter out of its range (hosted mode:
+            its hosted cap), or what the experiment refuses (shape-only mode, a prefix too long).
+    """
+    if not is_open(visit) or visit.saved:
+        raise SessionStateError("Run a prefill first: the lab runs the model on its prompt (a saved run has no model).")
+    if name not in LAB:
+        raise ConfigError(f"Unknown experiment {name!r}: pick one of {', '.join(LAB)}.")
+    experiment = LAB[name]
+    values = dict(zip((param.name for param in experiment.params), (first, second, third), strict=False))
+    params = read_params(experiment.params, values, hosted=visit.limits.lab_caps)
+    from explorer.runner.lab import RUNNERS  # a session ran: the runner is imported
+
+    result = RUNNERS[name](visit.session.loaded, visit.run.steps[0].input_ids, **params)
+    figure = experiment.figure(result)
+    return presenter_style(figure) if presenter else figure, experiment.lesson(result)

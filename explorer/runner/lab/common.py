@@ -1,0 +1,105 @@
+"""What every lab experiment does with the model: check it has weights, hold its lock, run plain
+transformers forward passes on a `DynamicCache`, decode greedily, time a call, record the shape a
+module outputs, and estimate a pass's FLOPs with the cost model."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+from transformers import DynamicCache
+
+from explorer.analysis.costs import step_costs
+from explorer.analysis.records import CostOptions, Step
+from explorer.analysis.spec import ModelSpec
+from explorer.errors import PromptError, SessionStateError
+from explorer.runner.loaded import LoadedModel
+from explorer.runner.locks import model_lock
+
+MAX_PROMPT_TOKENS = 2048  # what an experiment runs on the shared model: a few passes of this at most
+
+
+def check_runnable(loaded: LoadedModel, prompt_ids: list[int], max_tokens: int = MAX_PROMPT_TOKENS) -> None:
+    """Refuse what an experiment cannot run.
+
+    Raises:
+        SessionStateError: shape-only mode (no weights: nothing to compare or time).
+        PromptError: no prompt ids, or more than `max_tokens`.
+    """
+    if loaded.shape_only:
+        raise SessionStateError("Shape-only mode has no weights: the lab runs the model for real, so load one "
+                                "with weights (the embedded model, or a hub id).")
+    if not 1 <= len(prompt_ids) <= max_tokens:
+        raise PromptError(f"The lab takes a prompt of 1 to {max_tokens} tokens, not {len(prompt_ids)}.")
+
+
+@contextlib.contextmanager
+def exclusive(loaded: LoadedModel) -> Iterator[torch.nn.Module]:
+    """The model, held under its lock (no session's step runs meanwhile), without autograd."""
+    with model_lock(loaded.model), torch.inference_mode():
+        yield loaded.model
+
+
+def new_cache(model) -> DynamicCache:
+    return DynamicCache(config=model.config)
+
+
+def forward(model, ids: list[int], cache: DynamicCache | None) -> torch.Tensor:
+    """Run `ids` ([1, T]) after whatever `cache` holds (the cache grows by T); returns every
+    position's logits, [T, V] float32 on the CPU."""
+    tensor = torch.tensor([ids], device=model.device)
+    return model(input_ids=tensor, cache=cache, use_cache=cache is not None).logits[0].float().cpu()
+
+
+def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int) -> list[int]:
+    """`steps` greedy tokens after `logits` ([V], the last position's), decoding on `cache`."""
+    tokens = [int(logits.argmax())]
+    for _ in range(steps - 1):
+        tokens.append(int(forward(model, [tokens[-1]], cache)[-1].argmax()))
+    return tokens
+
+
+def median_ms(run: Callable[[], object], repeats: int) -> float:
+    """The median wall time of `repeats` calls of `run`, in ms (measured; the device synchronised)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+@contextlib.contextmanager
+def output_shapes(module: torch.nn.Module) -> Iterator[list[tuple[int, ...]]]:
+    """The shape of each output of `module` while the block runs (a forward hook, always removed)."""
+    shapes: list[tuple[int, ...]] = []
+    handle = module.register_forward_hook(lambda _module, _args, output: shapes.append(tuple(output.shape)))
+    try:
+        yield shapes
+    finally:
+        handle.remove()
+
+
+def pass_flops(model, tokens: int, context: int) -> float:
+    """Every FLOP of a `forward` of `tokens` new tokens whose cache then holds `context` positions,
+    batch 1, the LM head over every position as `forward` runs it (estimated by the cost model,
+    `explorer.analysis.costs.step_costs`)."""
+    spec = ModelSpec.from_hf_config(model.config.to_dict())
+    costs = step_costs(spec, Step("prefill", 1, tokens, context), CostOptions(lm_head_all_positions=True))
+    return sum(cost.flops for cost in costs)
+
+
+def pieces(loaded: LoadedModel, ids: list[int]) -> tuple[str, ...]:
+    """Each token's text (its id in brackets where the model has no tokenizer)."""
+    if loaded.tokenizer is None:
+        return tuple(f"[{token}]" for token in ids)
+    return tuple(loaded.tokenizer.decode([token]) for token in ids)
+
+
+def dtype_name(model) -> str:
+    return str(model.dtype).removeprefix("torch.")
