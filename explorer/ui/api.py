@@ -25,7 +25,7 @@ API = {
               "it: `view` is forward, journey, attention, kv_cache, sampling, roofline or lens; `step` None is the latest; "
               "`hardware` None is the machine the run ran on.",
     "lab": "One of the lab's experiments (`name`: " + ", ".join(LAB) + ") run for real on this client's prompt; "
-           "`first`, `second`, `third`: its parameters in the order `llm-explorer lab NAME --help` lists them (None: "
+           "`first` to `fourth`: its parameters in the order `llm-explorer lab NAME --help` lists them (None: "
            "the default). Returns its figure and its lesson text (Markdown).",
     "export": "This client's run as JSON, every step's trace and attention matrix (`Explorer.open(path)`, or the "
               "app's \"Load a saved run\", shows it with no model). Returns the file.",

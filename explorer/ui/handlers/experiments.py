@@ -19,7 +19,7 @@ from explorer.ui.views import Visit
 EQUIVALENCE_EMPTY = "Prefill a prompt, then press \"Run the experiment\": the same logits computed equivalent ways."
 APP_EQUIVALENCE_STEPS = 8  # the experiment holds the shared model: few steps in the app (the CLI takes 32)
 LAB_EMPTY = "Prefill a prompt, pick an experiment and press \"Run it on this prompt\": an engine's trick, run for real."
-LAB_PARAM_SLOTS = 3  # the lab's parameter boxes: an experiment shows as many as it has parameters
+LAB_PARAM_SLOTS = 4  # the lab's parameter boxes: an experiment shows as many as it has parameters
 
 
 def on_equivalence_tab(visit: Visit | None):
@@ -61,10 +61,10 @@ def on_lab_select(name: str) -> tuple:
 
 @shows_errors
 def on_lab_click(visit: Visit | None, name: str, first: float | None = None, second: float | None = None,
-                 third: float | None = None, presenter: bool = False):
+                 third: float | None = None, fourth: float | None = None, presenter: bool = False):
     """Run experiment `name` on the prefill's prompt (the model's lock held meanwhile) with its
-    parameters (`first`, `second`, `third`, in its row's order; None: the default). Returns its figure
-    and its lesson text.
+    parameters (`first` to `fourth`, in its row's order; None: the default). Returns its figure and its
+    lesson text.
 
     Raises:
         ExplorerError: no live run, an unknown experiment, a parameter out of its range (hosted mode:
@@ -75,7 +75,7 @@ def on_lab_click(visit: Visit | None, name: str, first: float | None = None, sec
     if name not in LAB:
         raise ConfigError(f"Unknown experiment {name!r}: pick one of {', '.join(LAB)}.")
     experiment = LAB[name]
-    values = dict(zip((param.name for param in experiment.params), (first, second, third), strict=False))
+    values = dict(zip((param.name for param in experiment.params), (first, second, third, fourth), strict=False))
     params = read_params(experiment.params, values, hosted=visit.limits.lab_caps)
     from explorer.runner.lab import RUNNERS  # a session ran: the runner is imported
 
