@@ -12,7 +12,7 @@ layers (tokenize, embed, final norm, LM head, sample, detokenize) are one measur
 Times come from `OpRecord.wall_ms` (milliseconds, float): `time.perf_counter` on the CPU, MPS and a
 model spread over several GPUs, CUDA events on one GPU (`explorer.runner.timing`). The warm-up of a
 fresh model (the first forward's lazy initialisation, the chat template's compilation) is run at
-load time (`explorer.runner.loading.warm_up`), so no step shown carries it.
+load time (`explorer.runner.warm_up.warm_up`), so no step shown carries it.
 """
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ from collections.abc import Callable
 import torch
 
 from explorer.families import Family
+from explorer.runner.devices import dtype_name
 from explorer.runner.hooks import Event
 from explorer.stop_names import parse_stop_name, stop_name
 from explorer.trace import OpRecord
 
 _PROJECTIONS = ("q_proj", "q_norm", "k_proj", "k_norm", "v_proj", "qkv_proj")
-_DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
 
 Plan = list[tuple[str, str, int | None, Callable | None]]
@@ -88,7 +88,7 @@ class _Records:
         fields = self._fields.get(key)
         if fields is None:
             fields = self._fields[key] = (self._shared(key[0]), self._shared(key[1]),
-                                          _DTYPE_NAMES.get(dtype) or str(dtype).removeprefix("torch."))
+                                          dtype_name(dtype))
         return OpRecord(name, kind, layer, fields[0], fields[1], fields[2], wall_ms)
 
     def event(self, name: str, kind: str, layer: int | None, event: Event, outputs: list | None = None) -> OpRecord:

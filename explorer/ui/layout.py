@@ -316,18 +316,19 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[s
 
 
 def _lab_panel() -> tuple[gr.Plot, dict[str, gr.components.Component]]:
-    """The lab: an inference engine's trick run on the prompt (`explorer.lab.table.LAB`), its figure
-    with the menu, the parameters, the button and the lesson text beside it."""
+    """The lab: an inference engine's trick run on the prompt (`explorer.lab.table.LAB`): its figure,
+    and beside it the lesson text (what the experiment runs, until it has run), the menu, the
+    parameters and the button."""
     first = next(iter(LAB.values()))
     with gr.Row(equal_height=False):
         plot = gr.Plot(empty_figure("lab", handlers.LAB_EMPTY), show_label=False, elem_id="lab-plot", scale=3)
-        with gr.Column(scale=1, min_width=260, elem_id="lab-controls"):
+        with gr.Column(scale=1, min_width=280, elem_id="lab-controls"):
+            text = gr.Markdown(first.what, elem_id="lab-text", latex_delimiters=[])
             menu = gr.Dropdown([(e.title, e.name) for e in LAB.values()], value=first.name, label="Experiment",
                                elem_id="lab-select")
             boxes = [gr.Number(elem_id=f"lab-param-{slot}", precision=0, **handlers.lab_param_box(first, slot))
                      for slot in range(handlers.LAB_PARAM_SLOTS)]
             button = gr.Button("Run it on this prompt", variant="primary", elem_id="lab-btn")
-            text = gr.Markdown(first.what, elem_id="lab-text", latex_delimiters=[])
     return plot, {"lab_select": menu, "lab_params": boxes, "lab_btn": button, "lab_text": text}
 
 

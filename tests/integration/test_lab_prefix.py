@@ -15,7 +15,7 @@ from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import PromptError, SessionStateError
 from explorer.lab.prefix import FOLLOW_UP
-from explorer.runner.lab.common import pass_flops
+from explorer.runner.lab.common import pass_cost
 from explorer.runner.lab.prefix import GREEDY_TOKENS, run_prefix
 
 PROMPT = "Hello there, how are you today?"
@@ -64,7 +64,7 @@ def test_the_estimated_flops_are_the_flops_torch_counts(llama):
     for counter, tokens, context in ((full, 26, 26), (cached, 6, 26)):
         costs = step_costs(spec, Step("prefill", 1, tokens, context), CostOptions(lm_head_all_positions=True))
         assert counter.get_total_flops() == sum(cost.matmul_flops for cost in costs)
-    assert pass_flops(model, 6, 26) < pass_flops(model, 26, 26)
+    assert pass_cost(model, 6, 26)[0] < pass_cost(model, 26, 26)[0]
 
 
 def test_bad_input_is_refused_with_a_message(llama):

@@ -1,5 +1,5 @@
-"""Prefix caching's figure: the two requests' tokens (the reused prefix, the computed suffix), then
-what each way computed, cost and took, side by side."""
+"""Prefix caching's figure: request B's tokens each way (the reused prefix, the computed suffix), and
+what each way cost and took, side by side."""
 
 from __future__ import annotations
 
@@ -11,49 +11,67 @@ from explorer.figures.theme import (
     base_layout,
     plain_label,
     set_layout,
+    si_text,
     subplot_grid,
     visible_piece,
+    wrapped,
 )
 from explorer.lab.prefix import PrefixCacheResult, shape_text
 
 REUSED_COLOUR = "#009E73"  # the prefix read from request A's cache
+WAYS = ("full prefill", "suffix on A's cache")
+TITLE_CHARS = 110  # a title line across the Lab's ~900 px plot
 
 
 def fig_prefix(result: PrefixCacheResult) -> go.Figure:
-    """Top: request B's tokens as one bar each way (the full prefill computes all T; the cached one
-    reads P from A's cache and computes T_s); bottom: the two ways' FLOPs (estimated) and wall time
-    (measured) as bars. The title says whether the logits and greedy tokens agree.
+    """Left: request B's tokens as one bar each way (the full prefill computes all T; the cached way
+    reads P positions from A's cache and computes T_s), with each way's measured input and cache
+    shapes; right: each way's FLOPs (estimated) and wall time (measured) as a share of the full
+    prefill's. The title says whether the logits and greedy tokens agree.
 
     Returns:
         A figure with `layout.meta == {"view": "lab-prefix", "step": None}`.
     """
     r = result
-    layout, axes = subplot_grid(["Request B's tokens: reused from A's KV cache or computed",
-                                 "FLOPs (estimated) and time (measured)"], rows=2, cols=1, vertical_spacing=0.22)
-    layout["xaxis"].update(title={"text": "tokens"}, range=[0, r.total_tokens * 1.9])
-    layout["yaxis2"].update(rangemode="tozero")
+    layout, axes = subplot_grid(["Request B's tokens: computed, or reused from A's KV cache",
+                                 "Cost, % of the full prefill"], cols=2, column_widths=[0.72, 0.28],
+                                horizontal_spacing=0.08)
+    layout["xaxis"].update(title={"text": "tokens"}, range=[0, r.total_tokens * 1.75])
+    layout["yaxis2"].update(range=[0, 125], ticksuffix="%")
     fig = go.Figure(layout=layout)
-    ways = ["full prefill", "suffix on A's cache"]
-    prefix_text = plain_label(visible_piece("".join(r.pieces[:r.prefix_tokens]), 60))
-    suffix_text = plain_label(visible_piece("".join(r.pieces[r.prefix_tokens:r.total_tokens]), 40))
+    _token_bars(fig, r, axes[(1, 1)])
+    _cost_bars(fig, r, axes[(1, 2)])
+    segments = [f"Prefix caching: B reuses {r.prefix_tokens} of its {r.total_tokens} tokens:",
+                f"{1 - r.suffix_flops / r.full_flops:.0%} fewer FLOPs (estimated),",
+                f"{r.full_ms / max(r.suffix_ms, 1e-9):.1f}x the speed (measured);",
+                f"logits max |Δ| {r.max_abs_diff:.1g} (measured),",
+                f"greedy tokens {'identical' if r.same_tokens else 'DIFFERENT'}"]
+    base_layout(fig, "lab-prefix", None, "<br>".join(wrapped(segments, TITLE_CHARS)), height=350)
+    return set_layout(fig, barmode="stack", legend={"orientation": "h", "y": -0.28, "x": 0, "yanchor": "top"},
+                      margin={"l": 130, "r": 20, "t": 105, "b": 80})
+
+
+def _token_bars(fig: go.Figure, r: PrefixCacheResult, cell: dict) -> None:
+    """One stacked bar per way: prefix computed or reused, then B's own tokens, shapes at the right."""
+    prefix_text = plain_label(visible_piece("".join(r.pieces[:r.prefix_tokens]), 50))
     for name, colour, widths, text in (
-            ("computed (prefix)", PREFILL_COLOUR, [r.prefix_tokens, 0], [prefix_text, ""]),
-            ("reused from A's cache", REUSED_COLOUR, [0, r.prefix_tokens], ["", prefix_text]),
-            ("computed (B's own)", DECODE_COLOUR, [r.suffix_tokens, r.suffix_tokens], [suffix_text] * 2)):
-        fig.add_trace(go.Bar(y=ways, x=widths, orientation="h", name=name, marker_color=colour, text=text,
-                             textposition="inside", insidetextanchor="middle", **axes[(1, 1)]))
-    shapes = [f"input {shape_text(r.full_input_shape)}", f"input {shape_text(r.suffix_input_shape)}, "
-              f"cache {shape_text(r.reused_kv_shape)} -> n = {r.final_kv_shape[2]}"]
-    fig.add_trace(go.Scatter(y=ways, x=[r.total_tokens] * 2, mode="text", text=shapes, textposition="middle right",
-                             showlegend=False, hoverinfo="skip", **axes[(1, 1)]))
-    costs = [("GFLOPs (estimated)", [r.full_flops / 1e9, r.suffix_flops / 1e9]),
-             ("ms (measured)", [r.full_ms, r.suffix_ms])]
-    for (label, values), colour in zip(costs, ("#999999", "#555555"), strict=True):
-        fig.add_trace(go.Bar(x=[f"{label}<br>{way}" for way in ways], y=values, marker_color=colour, showlegend=False,
-                             text=[f"{value:.3g}" for value in values], textposition="outside", **axes[(2, 1)]))
-    title = (f"Prefix caching: B reuses {r.prefix_tokens} of its {r.total_tokens} tokens; "
-             f"{1 - r.suffix_flops / r.full_flops:.0%} fewer FLOPs, {r.full_ms / max(r.suffix_ms, 1e-9):.1f}x faster; "
-             f"logits max |Δ| {r.max_abs_diff:.1g}, greedy tokens {'identical' if r.same_tokens else 'DIFFER'}")
-    base_layout(fig, "lab-prefix", None, title, height=520)
-    return set_layout(fig, barmode="stack", legend={"orientation": "h", "y": 1.02, "x": 0, "yanchor": "bottom"},
-                      margin={"l": 150, "r": 30, "t": 90, "b": 60})
+            ("prefix computed", PREFILL_COLOUR, [r.prefix_tokens, 0], [prefix_text, ""]),
+            ("prefix reused from A's cache", REUSED_COLOUR, [0, r.prefix_tokens], ["", prefix_text]),
+            ("B's own tokens, computed", DECODE_COLOUR, [r.suffix_tokens, r.suffix_tokens], ["", ""])):
+        fig.add_trace(go.Bar(y=WAYS, x=widths, orientation="h", name=name, marker_color=colour, text=text,
+                             textposition="inside", insidetextanchor="middle", hoverinfo="x+name", **cell))
+    shapes = [f"input {shape_text(r.full_input_shape)}",
+              f"input {shape_text(r.suffix_input_shape)},<br>cache {shape_text(r.reused_kv_shape)} → n = "
+              f"{r.final_kv_shape[2]}"]
+    fig.add_trace(go.Scatter(y=WAYS, x=[r.total_tokens * 1.02] * 2, mode="text", text=shapes,
+                             textposition="middle right", showlegend=False, hoverinfo="skip", **cell))
+
+
+def _cost_bars(fig: go.Figure, r: PrefixCacheResult, cell: dict) -> None:
+    """FLOPs (estimated) and time (measured), each way as a share of the full prefill's."""
+    for way, colour, flops, ms in ((WAYS[0], PREFILL_COLOUR, r.full_flops, r.full_ms),
+                                   (WAYS[1], REUSED_COLOUR, r.suffix_flops, r.suffix_ms)):
+        fig.add_trace(go.Bar(x=["FLOPs<br>(estimated)", "time<br>(measured)"],
+                             y=[100 * flops / r.full_flops, 100 * ms / r.full_ms], marker_color=colour,
+                             text=[si_text(flops, "FLOP"), f"{ms:.0f} ms"], textposition="outside", name=way,
+                             showlegend=False, offsetgroup=way, **cell))

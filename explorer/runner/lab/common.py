@@ -13,6 +13,7 @@ import torch
 from transformers import DynamicCache
 
 from explorer.analysis.costs import step_costs
+from explorer.analysis.precision import Precision, canonical_dtype
 from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import PromptError, SessionStateError
@@ -62,16 +63,18 @@ def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int) -> list
     return tokens
 
 
-def median_ms(run: Callable[[], object], repeats: int) -> float:
-    """The median wall time of `repeats` calls of `run`, in ms (measured; the device synchronised)."""
-    times = []
+def median_ms(runs: list[Callable[[], object]], repeats: int) -> list[float]:
+    """The median wall time of `repeats` calls of each of `runs`, in ms (measured; the device
+    synchronised). The runs take turns, so a machine that slows down meanwhile slows them alike."""
+    times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        for run, kept in zip(runs, times, strict=True):
+            start = time.perf_counter()
+            run()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            kept.append((time.perf_counter() - start) * 1e3)
+    return [statistics.median(kept) for kept in times]
 
 
 @contextlib.contextmanager
@@ -85,13 +88,15 @@ def output_shapes(module: torch.nn.Module) -> Iterator[list[tuple[int, ...]]]:
         handle.remove()
 
 
-def pass_flops(model, tokens: int, context: int) -> float:
-    """Every FLOP of a `forward` of `tokens` new tokens whose cache then holds `context` positions,
-    batch 1, the LM head over every position as `forward` runs it (estimated by the cost model,
-    `explorer.analysis.costs.step_costs`)."""
+def pass_cost(model, tokens: int, context: int) -> tuple[float, float]:
+    """(FLOPs, bytes) of a `forward` of `tokens` new tokens whose cache then holds `context`
+    positions, batch 1, the LM head over every position as `forward` runs it, bytes in the model's
+    dtype (estimated by the cost model, `explorer.analysis.costs.step_costs`)."""
     spec = ModelSpec.from_hf_config(model.config.to_dict())
-    costs = step_costs(spec, Step("prefill", 1, tokens, context), CostOptions(lm_head_all_positions=True))
-    return sum(cost.flops for cost in costs)
+    dtype = canonical_dtype(str(model.dtype))
+    options = CostOptions(Precision(dtype, dtype, dtype), lm_head_all_positions=True)
+    costs = step_costs(spec, Step("prefill", 1, tokens, context), options)
+    return sum(cost.flops for cost in costs), sum(cost.bytes for cost in costs)
 
 
 def pieces(loaded: LoadedModel, ids: list[int]) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from explorer.runner.lab.common import (
     median_ms,
     new_cache,
     output_shapes,
-    pass_flops,
+    pass_cost,
     pieces,
 )
 from explorer.runner.loaded import LoadedModel
@@ -25,7 +25,7 @@ from explorer.runner.step_order import crop_cache
 GREEDY_TOKENS = 8  # the continuation compared
 
 
-def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repeats: int = 3) -> PrefixCacheResult:
+def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repeats: int = 5) -> PrefixCacheResult:
     """Prefill request A (`prompt_ids`), then request B = A's first `prefix` tokens + `FOLLOW_UP` two
     ways: a full prefill of B on an empty cache, and B's suffix on a copy of A's cache cropped to
     `prefix` positions; compare their logits over B's suffix and their greedy continuations.
@@ -61,15 +61,15 @@ def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repe
         final_kv_shape = tuple(reused.layers[0].keys.shape)
         full_tokens = greedy(model, full_cache, full[-1], GREEDY_TOKENS)
         cached_tokens = greedy(model, reused, cached[-1], GREEDY_TOKENS)
-        full_ms = median_ms(lambda: forward(model, second, new_cache(model)), repeats)
         copies = [_cropped(first_cache, shared) for _ in range(repeats)]  # made outside the timed calls
-        suffix_ms = median_ms(lambda: forward(model, suffix, copies.pop()), repeats)
+        full_ms, suffix_ms = median_ms([lambda: forward(model, second, new_cache(model)),
+                                        lambda: forward(model, suffix, copies.pop())], repeats)
     delta = (cached - full[shared:]).abs()
     return PrefixCacheResult(
         first_tokens=len(prompt_ids), prefix_tokens=shared, total_tokens=len(second),
         full_input_shape=full_shape[0], suffix_input_shape=suffix_shape[0], reused_kv_shape=reused_kv_shape,
         final_kv_shape=final_kv_shape,
-        full_flops=pass_flops(model, len(second), len(second)), suffix_flops=pass_flops(model, len(suffix), len(second)),
+        full_cost=pass_cost(model, len(second), len(second)), suffix_cost=pass_cost(model, len(suffix), len(second)),
         full_ms=full_ms, suffix_ms=suffix_ms, repeats=repeats, max_abs_diff=float(delta.max()),
         max_abs_logit=float(full[shared:].abs().max()), full_tokens=tuple(full_tokens),
         cached_tokens=tuple(cached_tokens), pieces=pieces(loaded, second + full_tokens + cached_tokens),

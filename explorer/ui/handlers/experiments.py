@@ -50,7 +50,7 @@ def lab_param_box(experiment: Experiment, slot: int) -> dict:
         return {"visible": False, "value": None, "label": "unused"}
     param = experiment.params[slot]
     return {"visible": True, "value": param.default, "label": param.label, "minimum": param.minimum,
-            "maximum": param.maximum, "info": param.help}
+            "maximum": param.maximum}
 
 
 def on_lab_select(name: str) -> tuple:

@@ -1,0 +1,70 @@
+"""The app's Lab tab through its handlers: an experiment runs on the page's prompt and draws its
+figure and lesson; its boxes follow the experiment picked; bad input is a toast that keeps the page's
+session; hosted mode caps the parameters at the API too."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gradio as gr
+import pytest
+
+from explorer.lab.table import LAB
+from explorer.ui import handlers
+from explorer.ui.hosting import HOSTED, Served
+from explorer.ui.models import ModelRegistry
+from explorer.ui.views import Visit
+
+GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)
+VIEW = (0, False, "h100-sxm", "forward")
+PROMPT = "Hello there, how are you?"
+
+
+def prefilled(served) -> Visit:
+    return handlers.ServedHandlers(served).on_prefill_click(
+        None, None, served.registry.default_choice, "", PROMPT, 17, False, "", False, False, False, *GREEDY, *VIEW)[0]
+
+
+def test_the_prefix_experiment_runs_on_the_pages_prompt(served):
+    visit = prefilled(served)
+    figure, text = handlers.on_lab_click(visit, "prefix", 10)
+    assert figure.layout.meta == {"view": "lab-prefix", "step": None}
+    assert "Request B shares its first **10** tokens" in text and "the same token for token" in text
+    assert len(visit.run.steps) == 1  # the run itself is left as it was
+
+
+def test_picking_an_experiment_shows_its_parameter_boxes():
+    for name, experiment in LAB.items():
+        *boxes, what = handlers.on_lab_select(name)
+        shown = [box for box in boxes if box["visible"]]
+        assert [box["label"] for box in shown] == [param.label for param in experiment.params]
+        assert [box["value"] for box in shown] == [param.default for param in experiment.params]
+        assert what == experiment.what and len(boxes) == handlers.LAB_PARAM_SLOTS
+
+
+@pytest.mark.parametrize("value,message", [(-1, "must be 0 to 2048, not -1"), (2.5, "must be a whole number"),
+                                           (40, "shared prefix must be 1 to 25")])
+def test_a_bad_parameter_is_a_toast_and_the_session_stays(served, value, message):
+    visit = prefilled(served)
+    with pytest.raises(gr.Error, match=message):
+        handlers.on_lab_click(visit, "prefix", value)
+    assert visit.open and len(visit.run.steps) == 1
+
+
+def test_no_run_or_an_unknown_experiment_is_refused(served):
+    with pytest.raises(gr.Error, match="Run a prefill first"):
+        handlers.on_lab_click(None, "prefix")
+    with pytest.raises(gr.Error, match="Unknown experiment 'nope': pick one of prefix"):
+        handlers.on_lab_click(prefilled(served), "nope")
+
+
+def test_hosted_mode_caps_each_parameter_at_its_hosted_maximum(model):
+    served = Served.create(ModelRegistry(model), dataclasses.replace(HOSTED, allowed_models=()))
+    visit = prefilled(served)
+    for name, experiment in LAB.items():
+        for slot, param in enumerate(experiment.params):
+            if param.hosted_maximum is not None and param.hosted_maximum < param.maximum:
+                values = [None] * handlers.LAB_PARAM_SLOTS
+                values[slot] = param.hosted_maximum + 1
+                with pytest.raises(gr.Error, match=f"to {param.hosted_maximum} here"):
+                    handlers.on_lab_click(visit, name, *values)
