@@ -321,9 +321,10 @@ def _lab_panel() -> tuple[gr.Plot, dict[str, gr.components.Component]]:
     parameters and the button."""
     first = next(iter(LAB.values()))
     with gr.Row(equal_height=False):
-        plot = gr.Plot(empty_figure("lab", handlers.LAB_EMPTY), show_label=False, elem_id="lab-plot", scale=3)
+        plot = gr.Plot(empty_figure("lab", handlers.LAB_EMPTY), show_label=False, elem_id="lab-plot", scale=3,
+                       label="The experiment's figure (Plotly)")
         with gr.Column(scale=1, min_width=280, elem_id="lab-controls"):
-            text = gr.Markdown(first.what, elem_id="lab-text", latex_delimiters=[])
+            text = gr.Markdown(first.what, elem_id="lab-text", latex_delimiters=[], label="Its lesson (Markdown)")
             menu = gr.Dropdown([(e.title, e.name) for e in LAB.values()], value=first.name, label="Experiment",
                                elem_id="lab-select")
             boxes = [gr.Number(elem_id=f"lab-param-{slot}", precision=0, **handlers.lab_param_box(first, slot))

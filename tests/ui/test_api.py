@@ -1,4 +1,4 @@
-"""The app's API as a `gradio_client` user sees it: exactly the six intended endpoints, each parameter
+"""The app's API as a `gradio_client` user sees it: exactly the seven intended endpoints, each parameter
 named, every output labelled, every other event private; and the README's example run against it."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ ENDPOINTS = {
     "/reset": [],
     "/figure": ["view", "step", "layer", "average_heads", "hardware", "zoom", "presenter"],
     "/export": [],
+    "/lab": ["name", "first", "second", "third", "fourth", "presenter"],
 }
 
 
@@ -72,3 +73,4 @@ def test_the_readme_example_runs_against_the_app(model, tmp_path, monkeypatch):
     assert pio.from_json(figure.to_json()).layout.meta == figure.layout.meta
     saved = Explorer.open(names["run_file"])
     assert len(saved.run.steps) == 4 and saved.text == names["text"]
+    assert names["lesson"].startswith("**Prefix caching.** Request B shares its first")

@@ -261,7 +261,7 @@ def test_a_step_that_fails_after_the_forward_pass_blocks_further_steps(model, mo
     def broken(*args, **kwargs):
         raise RuntimeError("probability tensor contains inf")
 
-    monkeypatch.setattr("explorer.runner.session.sample_next_token", broken)
+    monkeypatch.setattr("explorer.runner.choice.sample_next_token", broken)
     with pytest.raises(RuntimeError, match="probability tensor"):
         session.decode_step()
     monkeypatch.undo()
