@@ -157,6 +157,7 @@ class View:
 
     Attributes:
         name: the view's key (the app's tab, `Explorer.figure`'s `view`, the figure's `layout.meta`).
+        title: its name on the app's tab.
         data: the type its data comes in (`explorer.figures.view_types`).
         fetch: (run, sources, options) -> its data: what it needs, fetched from the run and the
             front end's sources (attention, the runner's services).
@@ -164,19 +165,20 @@ class View:
     """
 
     name: str
+    title: str
     data: type[RunData]
     fetch: Callable[[Run, ViewSources, ViewOptions], Any]
     fig: Callable[[Any, ViewOptions], go.Figure]
 
 
 VIEW_TABLE = {view.name: view for view in (
-    View("forward", ForwardData, forward_data, fig_forward),
-    View("journey", RunData, run_data, fig_journey),
-    View("attention", AttentionData, attention_data, fig_attention),
-    View("kv_cache", RunData, run_data, fig_kv_cache),
-    View("sampling", SamplingData, sampling_data, fig_sampling),
-    View("roofline", RooflineData, roofline_data, fig_roofline),
-    View("lens", LensData, lens_data, fig_lens),
+    View("forward", "Forward pass", ForwardData, forward_data, fig_forward),
+    View("journey", "Journey", RunData, run_data, fig_journey),
+    View("attention", "Attention", AttentionData, attention_data, fig_attention),
+    View("kv_cache", "KV cache", RunData, run_data, fig_kv_cache),
+    View("sampling", "Sampling", SamplingData, sampling_data, fig_sampling),
+    View("roofline", "Roofline", RooflineData, roofline_data, fig_roofline),
+    View("lens", "Logit lens", LensData, lens_data, fig_lens),
 )}
 VIEWS = tuple(VIEW_TABLE)
 

@@ -8,6 +8,7 @@ one session (its `session_hash`), as a browser tab's do.
 
 from __future__ import annotations
 
+from explorer.figures.views import VIEWS
 from explorer.lab.table import LAB
 
 STEP_OUTPUTS = ("Returns the step outputs: the status line (Markdown: tokens in, context n, wall time measured, "
@@ -22,7 +23,7 @@ API = {
     "reset": "Forget this client's run: its KV cache and steps freed, its exports deleted. Returns the emptied "
              "step outputs.",
     "figure": "One view of this client's run as Plotly JSON text (`plotly.io.from_json`), drawn as the app draws "
-              "it: `view` is forward, journey, attention, kv_cache, sampling, roofline or lens; `step` None is the latest; "
+              "it: `view` is one of " + ", ".join(VIEWS) + "; `step` None is the latest; "
               "`hardware` None is the machine the run ran on.",
     "lab": "One of the lab's experiments (`name`: " + ", ".join(LAB) + ") run for real on this client's prompt; "
            "`first` to `fourth`: its parameters in the order `llm-explorer lab NAME --help` lists them (None: "

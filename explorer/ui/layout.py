@@ -21,7 +21,7 @@ from explorer.config import SamplingSettings
 from explorer.figures.attention import ZOOM_TOKENS
 from explorer.figures.lens import LENS_STATS
 from explorer.figures.theme import empty_figure
-from explorer.figures.views import VIEWS
+from explorer.figures.views import VIEW_TABLE, VIEWS
 from explorer.lab.table import LAB
 from explorer.runner.prompts import max_prompt_chars
 from explorer.ui import handlers
@@ -47,10 +47,9 @@ SESSION_TTL_S = 3600
 DELETE_CACHE = (600, SESSION_TTL_S)
 # The app starts in sampling mode so the sampling view has filters to show; the seed makes it repeatable.
 APP_SAMPLING = SamplingSettings(do_sample=True, temperature=0.8, top_k=50, top_p=0.9, min_p=0.0)
-VIEW_TITLES = {"forward": "Forward pass", "journey": "Journey", "attention": "Attention", "kv_cache": "KV cache",
-               "sampling": "Sampling", "roofline": "Roofline", "lens": "Logit lens"}
-PLOT_IDS = {"forward": "forward-plot", "journey": "journey-plot", "attention": "attention-plot",
-            "kv_cache": "kv-plot", "sampling": "sampling-plot", "roofline": "roofline-plot", "lens": "lens-plot"}
+VIEW_TITLES = {view.name: view.title for view in VIEW_TABLE.values()}
+# each view's plot: "<view>-plot", but the KV cache's keeps the id people's own UI tests know
+PLOT_IDS = {view: f"{view}-plot" for view in VIEWS} | {"kv_cache": "kv-plot"}
 SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · **R** reset (R again: yes) · "
              "**1-7** switch views (**8** the experiment, **9** the lab) · **F** full screen · **S** these settings · **L** the lesson (its pages: "
              "← →, PageUp, PageDown)")
