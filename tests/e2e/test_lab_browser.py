@@ -1,0 +1,44 @@
+"""Each of the lab's experiments in the browser at 1280x720 on the embedded model: picked from the
+menu, run on the prefill's prompt, its figure drawn with its top on screen (above y = 720) and its
+lesson text beside it, also on screen; a screenshot of each is kept (artifacts/e2e)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("playwright")
+from playwright.sync_api import expect  # noqa: E402
+
+from explorer.lab.table import LAB  # noqa: E402
+
+TIMEOUT_MS = 180_000  # a lab run holds the model: seconds to a minute on a busy 2-core CPU
+LAB_FIGURE = """() => {
+  const e = document.querySelector('#lab-plot .js-plotly-plot');
+  if (!e || !e.layout || !e.layout.meta) return null;
+  const r = e.getBoundingClientRect();
+  return {view: e.layout.meta.view, top: r.top, left: r.left, right: r.right, bottom: r.bottom};
+}"""
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("name", list(LAB))
+def test_an_experiment_draws_its_figure_on_screen_with_its_lesson_beside_it(open_app, name):
+    from conftest import ARTIFACTS
+
+    page = open_app(1280, 720)
+    page.locator("#prompt-box textarea").fill("You are a patient tutor. Explain what a KV cache holds.")
+    page.locator("#prefill-btn").click()
+    expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
+    page.get_by_role("tab", name="Lab").click()
+    page.locator("#lab-select input").click()
+    page.get_by_role("option", name=LAB[name].title).click()
+    expect(page.locator("#lab-text")).to_contain_text(LAB[name].what[:40])
+    page.locator("#lab-btn").click()
+    page.wait_for_function(f"() => {{ const f = ({LAB_FIGURE})(); return f && f.view === 'lab-{name}'; }}",
+                           timeout=TIMEOUT_MS)
+    figure = page.evaluate(LAB_FIGURE)
+    text = page.locator("#lab-text").bounding_box()
+    page.screenshot(path=str(ARTIFACTS / f"lab-{name}-1280x720.png"))
+    assert 0 <= figure["top"] < 720 - 200, figure  # most of the figure's height is on screen
+    assert figure["right"] <= 1280 and text["x"] >= figure["right"] - 1 and text["y"] < 720, (figure, text)
+    expect(page.locator("#lab-text")).to_contain_text(LAB[name].title)  # its lesson, from the run
