@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -49,6 +49,8 @@ class Visit:
         sink_threshold: the attention view's sink threshold (the view settings' choice).
         sink_sums: each step's sinks, computed once on the attention view's first draw of it
             (`explorer.figures.view_fetch.every_layer_sinks`).
+        lab: the lab's latest experiment on this run, (its name, its result), redrawn when presenter
+            mode changes; None until one ran.
     """
 
     run: Run
@@ -61,6 +63,7 @@ class Visit:
     lens_stat: str = field(default="top1", init=False)
     sink_threshold: float = field(default=DEFAULT_SINK_THRESHOLD, init=False)
     sink_sums: SinkSums = field(default_factory=dict, init=False, repr=False)
+    lab: tuple[str, Any] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def start(cls, session: InferenceSession, limits: Limits) -> Visit:

@@ -174,6 +174,8 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     for control in (c["layer"], c["average_heads"], c["zoom"]):
         control.input(handlers.on_view_change, change_inputs, plots, **redraw)
     c["presenter"].change(handlers.on_view_change, change_inputs, plots, js=PRESENTER_JS, **model_queue)
+    c["presenter"].change(handlers.lab_figure, [c["visit"], c["presenter"]], c["plots"]["lab"], queue=False,
+                          show_progress="hidden", api_visibility="private")
     for view in VIEWS:
         c["tabs"][view].select(handlers.on_tab_select(view), [*view_inputs, c["presenter"], c["zoom"], c["what_if"]],
                                [c["shown"], c["plots"][view]], **model_queue)

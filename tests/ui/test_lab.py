@@ -68,3 +68,12 @@ def test_hosted_mode_caps_each_parameter_at_its_hosted_maximum(model):
                 values[slot] = param.hosted_maximum + 1
                 with pytest.raises(gr.Error, match=f"to {param.hosted_maximum} here"):
                     handlers.on_lab_click(visit, name, *values)
+
+
+def test_presenter_mode_redraws_the_latest_experiment_larger(served):
+    visit = prefilled(served)
+    assert handlers.lab_figure(visit, True).layout.meta == {"view": "lab", "step": None}  # none ran yet
+    handlers.on_lab_click(visit, "prefix", 10)
+    normal, presenter = handlers.lab_figure(visit, False), handlers.lab_figure(visit, True)
+    assert normal.layout.meta == presenter.layout.meta == {"view": "lab-prefix", "step": None}
+    assert presenter.layout.font.size > normal.layout.font.size

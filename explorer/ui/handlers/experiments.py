@@ -80,5 +80,15 @@ def on_lab_click(visit: Visit | None, name: str, first: float | None = None, sec
     from explorer.runner.lab import RUNNERS  # a session ran: the runner is imported
 
     result = RUNNERS[name](visit.session.loaded, visit.run.steps[0].input_ids, **params)
-    figure = experiment.figure(result)
-    return presenter_style(figure) if presenter else figure, experiment.lesson(result)
+    visit.lab = (name, result)
+    return lab_figure(visit, presenter), experiment.lesson(result)
+
+
+def lab_figure(visit: Visit | None, presenter: bool = False):
+    """The figure of the lab's latest experiment on this run, in presenter style where asked; the
+    empty figure before one ran."""
+    if not is_open(visit) or visit.lab is None:
+        return empty_figure("lab", LAB_EMPTY)
+    name, result = visit.lab
+    figure = LAB[name].figure(result)
+    return presenter_style(figure) if presenter else figure
