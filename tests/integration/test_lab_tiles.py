@@ -105,3 +105,20 @@ def test_bad_input_is_refused_with_a_message():
     shape_only = type(loaded)(**{**loaded.__dict__, "shape_only": True})
     with pytest.raises(SessionStateError, match="Shape-only mode"):
         run_tiles(shape_only, ids)
+
+
+@pytest.mark.real_model
+def test_the_embedded_models_tiled_row_is_its_eager_row(embedded_model):
+    """SmolLM2-135M (h_q 9, h_kv 3): query head 7 reads KV head 2; 64 keys in blocks of 16."""
+    ids = ids_of(embedded_model, "The quick brown fox jumps over the lazy dog. " * 6)[:64]
+    result = run_tiles(embedded_model, ids, block=16, layer=5, head=7)
+    model = embedded_model.model
+    implementation = model.config._attn_implementation
+    try:
+        model.config._attn_implementation = "eager"  # output_attentions needs eager's weights
+        with torch.inference_mode():
+            probs = model(torch.tensor([ids]), output_attentions=True, logits_to_keep=1).attentions[5][0, 7, -1]
+    finally:
+        model.config._attn_implementation = implementation
+    assert result.kv_head == 2 and result.blocks == 4 and result.equal
+    np.testing.assert_allclose(result.online_probs, probs.float().numpy(), atol=1e-5)
