@@ -16,7 +16,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from explorer.figures.lab.prefix import fig_prefix
-from explorer.lab import prefix
+from explorer.figures.lab.tiles import fig_tiles
+from explorer.lab import prefix, tiles
 from explorer.lab.params import LabParam
 
 
@@ -49,4 +50,15 @@ LAB = {experiment.name: experiment for experiment in (
         (LabParam("prefix", "Shared prefix P (tokens; 0: the whole prompt)", 0, 0, 2048,
                   help="positions of the prompt the second request shares; 0: all of them"),),
         fig_prefix, prefix.lesson_text),
+    Experiment(
+        "tiles", "FlashAttention's tiles (online softmax)",
+        "One query row of a layer's attention computed B_c keys at a time with a running max, sum and "
+        "rescaled output, as FlashAttention does: equal to the eager row, without the [h_q, T, T] scores.",
+        (LabParam("block", "Block B_c (keys a tile)", 16, 1, 8192,
+                  help="keys per block of the online softmax; at least the row's keys: one block"),
+         LabParam("layer", "Layer", 0, 0, 255, help="the layer whose attention is tiled, 0 to L - 1"),
+         LabParam("head", "Query head", 0, 0, 255, help="the query head, 0 to h_q - 1 (GQA: its KV head is head // g)"),
+         LabParam("position", "Query row (1..T; 0: the last)", 0, 0, 8192,
+                  help="the query row, 1 to the prompt's tokens; 0: the last, which sees every key")),
+        fig_tiles, tiles.lesson_text),
 )}

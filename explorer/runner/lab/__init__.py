@@ -6,7 +6,9 @@ experiment's result (`explorer.lab.<experiment>`)."""
 from __future__ import annotations
 
 from explorer.runner.lab.prefix import run_prefix
+from explorer.runner.lab.tiles import run_tiles
 
 RUNNERS = {
     "prefix": run_prefix,
+    "tiles": run_tiles,
 }
