@@ -16,7 +16,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from explorer.figures.lab.prefix import fig_prefix
-from explorer.lab import prefix
+from explorer.figures.lab.speculative import fig_speculative
+from explorer.lab import prefix, speculative
 from explorer.lab.params import LabParam
 
 
@@ -49,4 +50,15 @@ LAB = {experiment.name: experiment for experiment in (
         (LabParam("prefix", "Shared prefix P (tokens; 0: the whole prompt)", 0, 0, 2048,
                   help="positions of the prompt the second request shares; 0: all of them"),),
         fig_prefix, prefix.lesson_text),
+    Experiment(
+        "speculative", "Speculative decoding, self-drafted",
+        "The model's first k layers (then its final norm and LM head) guess g tokens; the full model verifies "
+        "them in one pass and keeps the agreeing ones: the acceptance, the time per token against plain "
+        "decoding, the bytes the verify pass reads, and the tokens equal to plain greedy decoding's.",
+        (LabParam("depth", "Draft layers k (fewer than the model's L)", 12, 1, 127,
+                  help="decoder layers the draft runs before its exit to the final norm and LM head"),
+         LabParam("guesses", "Guesses per round g", 4, 1, 8, help="tokens the draft guesses before each verify pass"),
+         LabParam("tokens", "Tokens to generate", 16, 1, 256, hosted_maximum=32,
+                  help="tokens decoded each way, plain and speculative")),
+        fig_speculative, speculative.lesson_text),
 )}

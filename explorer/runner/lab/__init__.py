@@ -6,7 +6,9 @@ experiment's result (`explorer.lab.<experiment>`)."""
 from __future__ import annotations
 
 from explorer.runner.lab.prefix import run_prefix
+from explorer.runner.lab.speculative import run_speculative
 
 RUNNERS = {
     "prefix": run_prefix,
+    "speculative": run_speculative,
 }
