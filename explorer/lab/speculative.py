@@ -189,7 +189,17 @@ def lesson_text(result: SpeculativeResult) -> str:
         f"draft's own passes, {si_text(r.bytes_per_token(True), 'B')} per token against "
         f"{si_text(r.bytes_per_token(False), 'B')} (estimated); measured here, "
         f"{r.ms_per_token(True):.1f} ms per token against {r.ms_per_token(False):.1f} ms (**{r.speed_up:.2f}x**). "
+        f"{_verdict(r)} "
         f"The tokens are **{'identical to' if r.same_tokens else 'DIFFERENT from'}** plain greedy decoding's. "
         "Sampling keeps the full model's distribution too: keep a guess x with probability min(1, p(x)/q(x)), "
         "else draw from norm(max(0, p − q)) (Leviathan et al. 2023; Chen et al. 2023)."
     )
+
+
+def _verdict(result: SpeculativeResult) -> str:
+    """Whether it paid here, and why not where it did not."""
+    if result.speed_up >= 1:
+        return "Here it paid: the accepted guesses saved more full passes than the draft's passes cost."
+    return ("Here it did not pay: a model not trained to exit early (LayerSkip trains with layer dropout and "
+            "an early-exit loss) guesses poorly from its middle layers, so most rounds add one or two tokens "
+            "for g draft passes and a verify pass; a deeper draft guesses better but costs more.")

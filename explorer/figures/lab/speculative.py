@@ -31,13 +31,12 @@ def fig_speculative(result: SpeculativeResult) -> go.Figure:
         A figure with `layout.meta == {"view": "lab-speculative", "step": None}`.
     """
     r = result
-    layout, axes = subplot_grid(["Each round: the draft's guesses, then the full model's token (measured)",
-                                 "ms per token (measured)", "MB per token (estimated)"],
+    layout, axes = subplot_grid(["", "ms per token (measured)", "MB per token (estimated)"],
                                 rows=2, cols=2, specs=[[{"colspan": 2}, None], [{}, {}]],
                                 row_heights=[0.62, 0.38], vertical_spacing=0.16)
     rounds = r.rounds[:MAX_ROUNDS_DRAWN]
     labels = [f"round {i}" for i in range(1, len(rounds) + 1)]
-    layout["xaxis"].update(title={"text": "tokens of the round"}, range=[0, r.guesses + 1 + 4.5], dtick=1)
+    layout["xaxis"].update(title={"text": "each round's guesses by the draft, then the full model's own token (measured)"}, range=[0, r.guesses + 1 + 4.5], dtick=1)
     layout["yaxis"].update(autorange="reversed")
     layout["yaxis2"].update(rangemode="tozero")
     layout["yaxis3"].update(rangemode="tozero")
