@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import statistics
 from collections.abc import Iterator
 
 import torch
@@ -78,11 +79,13 @@ def run_speculative(loaded: LoadedModel, prompt_ids: list[int], depth: int = 12,
         plain = greedy(model, copy.deepcopy(cache), last, tokens)
         draft = _draft_cache(model, cache, depth)
         spoken, raw = _speculate(model, copy.deepcopy(cache), draft, int(last.argmax()), depth, guesses, tokens)
-        plain_copies = [copy.deepcopy(cache) for _ in range(repeats)]  # made outside the timed calls
-        plain_ms = median_ms(lambda: greedy(model, plain_copies.pop(), last, tokens), repeats)
-        copies = [(copy.deepcopy(cache), _draft_cache(model, cache, depth)) for _ in range(repeats)]
-        speculative_ms = median_ms(lambda: _speculate(model, *copies.pop(), int(last.argmax()), depth, guesses,
-                                                      tokens), repeats)
+        times = []  # the two ways alternate, so a load on the machine that comes and goes hits both
+        for _ in range(repeats):
+            plain_cache, spec_caches = copy.deepcopy(cache), (copy.deepcopy(cache), _draft_cache(model, cache, depth))
+            times.append((median_ms(lambda c=plain_cache: greedy(model, c, last, tokens), 1),
+                          median_ms(lambda c=spec_caches: _speculate(model, *c, int(last.argmax()), depth, guesses,
+                                                              tokens), 1)))
+        plain_ms, speculative_ms = (statistics.median(way) for way in zip(*times, strict=True))
     spec = ModelSpec.from_hf_config(model.config.to_dict())
     rounds = tuple(_round(loaded, spec, depth, *entry) for entry in raw)
     return SpeculativeResult(
