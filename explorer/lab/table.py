@@ -17,7 +17,8 @@ import plotly.graph_objects as go
 
 from explorer.figures.lab.prefix import fig_prefix
 from explorer.figures.lab.tiles import fig_tiles
-from explorer.lab import prefix, tiles
+from explorer.lab import prefix, speculative, tiles
+from explorer.figures.lab.speculative import fig_speculative
 from explorer.lab.params import LabParam
 
 
@@ -61,4 +62,14 @@ LAB = {experiment.name: experiment for experiment in (
          LabParam("position", "Query row (1..T; 0: the last)", 0, 0, 8192,
                   help="the query row, 1 to the prompt's tokens; 0: the last, which sees every key")),
         fig_tiles, tiles.lesson_text),
+        "speculative", "Speculative decoding, self-drafted",
+        "The model's first k layers (then its final norm and LM head) guess g tokens; the full model verifies "
+        "them in one pass and keeps the agreeing ones: the acceptance, the time per token against plain "
+        "decoding, the bytes the verify pass reads, and the tokens equal to plain greedy decoding's.",
+        (LabParam("depth", "Draft layers k (fewer than the model's L)", 12, 1, 127,
+                  help="decoder layers the draft runs before its exit to the final norm and LM head"),
+         LabParam("guesses", "Guesses per round g", 4, 1, 8, help="tokens the draft guesses before each verify pass"),
+         LabParam("tokens", "Tokens to generate", 16, 1, 256, hosted_maximum=32,
+                  help="tokens decoded each way, plain and speculative")),
+        fig_speculative, speculative.lesson_text),
 )}
