@@ -16,9 +16,9 @@ from typing import Any
 import plotly.graph_objects as go
 
 from explorer.figures.lab.prefix import fig_prefix
+from explorer.figures.lab.speculative import fig_speculative
 from explorer.figures.lab.tiles import fig_tiles
 from explorer.lab import prefix, speculative, tiles
-from explorer.figures.lab.speculative import fig_speculative
 from explorer.lab.params import LabParam
 
 
@@ -52,16 +52,6 @@ LAB = {experiment.name: experiment for experiment in (
                   help="positions of the prompt the second request shares; 0: all of them"),),
         fig_prefix, prefix.lesson_text),
     Experiment(
-        "tiles", "FlashAttention's tiles (online softmax)",
-        "One query row of a layer's attention computed B_c keys at a time with a running max, sum and "
-        "rescaled output, as FlashAttention does: equal to the eager row, without the [h_q, T, T] scores.",
-        (LabParam("block", "Block B_c (keys a tile)", 16, 1, 8192,
-                  help="keys per block of the online softmax; at least the row's keys: one block"),
-         LabParam("layer", "Layer", 0, 0, 255, help="the layer whose attention is tiled, 0 to L - 1"),
-         LabParam("head", "Query head", 0, 0, 255, help="the query head, 0 to h_q - 1 (GQA: its KV head is head // g)"),
-         LabParam("position", "Query row (1..T; 0: the last)", 0, 0, 8192,
-                  help="the query row, 1 to the prompt's tokens; 0: the last, which sees every key")),
-        fig_tiles, tiles.lesson_text),
         "speculative", "Speculative decoding, self-drafted",
         "The model's first k layers (then its final norm and LM head) guess g tokens; the full model verifies "
         "them in one pass and keeps the agreeing ones: the acceptance, the time per token against plain "
@@ -72,4 +62,15 @@ LAB = {experiment.name: experiment for experiment in (
          LabParam("tokens", "Tokens to generate", 16, 1, 256, hosted_maximum=32,
                   help="tokens decoded each way, plain and speculative")),
         fig_speculative, speculative.lesson_text),
+    Experiment(
+        "tiles", "FlashAttention's tiles (online softmax)",
+        "One query row of a layer's attention computed B_c keys at a time with a running max, sum and "
+        "rescaled output, as FlashAttention does: equal to the eager row, without the [h_q, T, T] scores.",
+        (LabParam("block", "Block B_c (keys a tile)", 16, 1, 8192,
+                  help="keys per block of the online softmax; at least the row's keys: one block"),
+         LabParam("layer", "Layer", 0, 0, 255, help="the layer whose attention is tiled, 0 to L - 1"),
+         LabParam("head", "Query head", 0, 0, 255, help="the query head, 0 to h_q - 1 (GQA: its KV head is head // g)"),
+         LabParam("position", "Query row (1..T; 0: the last)", 0, 0, 8192,
+                  help="the query row, 1 to the prompt's tokens; 0: the last, which sees every key")),
+        fig_tiles, tiles.lesson_text),
 )}

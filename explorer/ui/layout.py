@@ -316,20 +316,25 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[s
 
 def _lab_panel() -> tuple[gr.Plot, dict[str, gr.components.Component]]:
     """The lab: an inference engine's trick run on the prompt (`explorer.lab.table.LAB`): its figure,
-    and beside it the lesson text (what the experiment runs, until it has run), the menu, the
-    parameters and the button."""
+    and beside it the experiment's menu, button and parameters (two a row), folded away once it ran so
+    its lesson text, under them, rises beside the figure."""
     first = next(iter(LAB.values()))
     with gr.Row(equal_height=False):
         plot = gr.Plot(empty_figure("lab", handlers.LAB_EMPTY), show_label=False, elem_id="lab-plot", scale=3,
                        label="The experiment's figure (Plotly)")
-        with gr.Column(scale=1, min_width=280, elem_id="lab-controls"):
+        with gr.Column(scale=1, min_width=300, elem_id="lab-controls"):
+            with gr.Accordion("Experiment and its parameters", open=True, elem_id="lab-setup") as setup:
+                menu = gr.Dropdown([(e.title, e.name) for e in LAB.values()], value=first.name, label="Experiment",
+                                   elem_id="lab-select")
+                # the button before the parameters: on a 720-pixel screen it is in sight, the defaults set
+                button = gr.Button("Run it on this prompt", variant="primary", elem_id="lab-btn")
+                boxes = []
+                for row in range(0, handlers.LAB_PARAM_SLOTS, 2):
+                    with gr.Row():
+                        boxes += [gr.Number(elem_id=f"lab-param-{slot}", precision=0, min_width=120,
+                                            **handlers.lab_param_box(first, slot)) for slot in (row, row + 1)]
             text = gr.Markdown(first.what, elem_id="lab-text", latex_delimiters=[], label="Its lesson (Markdown)")
-            menu = gr.Dropdown([(e.title, e.name) for e in LAB.values()], value=first.name, label="Experiment",
-                               elem_id="lab-select")
-            boxes = [gr.Number(elem_id=f"lab-param-{slot}", precision=0, **handlers.lab_param_box(first, slot))
-                     for slot in range(handlers.LAB_PARAM_SLOTS)]
-            button = gr.Button("Run it on this prompt", variant="primary", elem_id="lab-btn")
-    return plot, {"lab_select": menu, "lab_params": boxes, "lab_btn": button, "lab_text": text}
+    return plot, {"lab_select": menu, "lab_params": boxes, "lab_btn": button, "lab_text": text, "lab_setup": setup}
 
 
 def _what_if_controls() -> dict[str, gr.components.Component]:

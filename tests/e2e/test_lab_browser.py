@@ -1,6 +1,7 @@
 """Each of the lab's experiments in the browser at 1280x720 on the embedded model: picked from the
-menu, run on the prefill's prompt, its figure drawn with its top on screen (above y = 720) and its
-lesson text beside it, also on screen; a screenshot of each is kept (artifacts/e2e)."""
+menu, run (its button in sight) on the prefill's prompt, its figure drawn with its top on screen
+(above y = 720) and its lesson text beside it, also on screen once the experiment's setup folds away; a
+screenshot of each is kept (artifacts/e2e)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def test_an_experiment_draws_its_figure_on_screen_with_its_lesson_beside_it(open
     page.locator("#lab-select input").click()
     page.get_by_role("option", name=LAB[name].title).click()
     expect(page.locator("#lab-text")).to_contain_text(LAB[name].what[:40])
+    button = page.locator("#lab-btn").bounding_box()
+    assert button["y"] + button["height"] <= 720, button  # in sight without scrolling
     page.locator("#lab-btn").click()
     page.wait_for_function(f"() => {{ const f = ({LAB_FIGURE})(); return f && f.view === 'lab-{name}'; }}",
                            timeout=TIMEOUT_MS)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import statistics
 from collections.abc import Iterator
 
 import torch
@@ -79,13 +78,12 @@ def run_speculative(loaded: LoadedModel, prompt_ids: list[int], depth: int = 12,
         plain = greedy(model, copy.deepcopy(cache), last, tokens)
         draft = _draft_cache(model, cache, depth)
         spoken, raw = _speculate(model, copy.deepcopy(cache), draft, int(last.argmax()), depth, guesses, tokens)
-        times = []  # the two ways alternate, so a load on the machine that comes and goes hits both
-        for _ in range(repeats):
-            plain_cache, spec_caches = copy.deepcopy(cache), (copy.deepcopy(cache), _draft_cache(model, cache, depth))
-            times.append((median_ms(lambda c=plain_cache: greedy(model, c, last, tokens), 1),
-                          median_ms(lambda c=spec_caches: _speculate(model, *c, int(last.argmax()), depth, guesses,
-                                                              tokens), 1)))
-        plain_ms, speculative_ms = (statistics.median(way) for way in zip(*times, strict=True))
+        # fresh caches for each timed run, made outside the timed calls
+        plain_caches = [copy.deepcopy(cache) for _ in range(repeats)]
+        spec_caches = [(copy.deepcopy(cache), _draft_cache(model, cache, depth)) for _ in range(repeats)]
+        plain_ms, speculative_ms = median_ms(
+            [lambda: greedy(model, plain_caches.pop(), last, tokens),
+             lambda: _speculate(model, *spec_caches.pop(), int(last.argmax()), depth, guesses, tokens)], repeats)
     spec = ModelSpec.from_hf_config(model.config.to_dict())
     rounds = tuple(_round(loaded, spec, depth, *entry) for entry in raw)
     return SpeculativeResult(
