@@ -15,8 +15,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from explorer.figures.lab.chunked import fig_chunked
 from explorer.figures.lab.prefix import fig_prefix
-from explorer.lab import prefix
+from explorer.lab import chunked, prefix
 from explorer.lab.params import LabParam
 
 
@@ -49,4 +50,12 @@ LAB = {experiment.name: experiment for experiment in (
         (LabParam("prefix", "Shared prefix P (tokens; 0: the whole prompt)", 0, 0, 2048,
                   help="positions of the prompt the second request shares; 0: all of them"),),
         fig_prefix, prefix.lesson_text),
+    Experiment(
+        "chunked", "Chunked prefill",
+        "Your prompt prefilled C tokens at a time on one KV cache: each chunk's shapes, its [C, n] band of the "
+        "causal triangle, its time and its weight GEMMs' arithmetic intensity (about C), and the logits and "
+        "greedy tokens equal to one prefill's.",
+        (LabParam("chunk", "Chunk size C (tokens; 0: the whole prompt at once)", 16, 0, 2048, hosted_maximum=512,
+                  help="tokens per chunk; 0: all of them in one chunk"),),
+        fig_chunked, chunked.lesson_text),
 )}
