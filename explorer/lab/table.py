@@ -15,10 +15,11 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from explorer.figures.lab.chunked import fig_chunked
 from explorer.figures.lab.prefix import fig_prefix
 from explorer.figures.lab.speculative import fig_speculative
 from explorer.figures.lab.tiles import fig_tiles
-from explorer.lab import prefix, speculative, tiles
+from explorer.lab import chunked, prefix, speculative, tiles
 from explorer.lab.params import LabParam
 
 
@@ -51,6 +52,14 @@ LAB = {experiment.name: experiment for experiment in (
         (LabParam("prefix", "Shared prefix P (tokens; 0: the whole prompt)", 0, 0, 2048,
                   help="positions of the prompt the second request shares; 0: all of them"),),
         fig_prefix, prefix.lesson_text),
+    Experiment(
+        "chunked", "Chunked prefill",
+        "Your prompt prefilled C tokens at a time on one KV cache: each chunk's shapes, its [C, n] band of the "
+        "causal triangle, its time and its weight GEMMs' arithmetic intensity (about C), and the logits and "
+        "greedy tokens equal to one prefill's.",
+        (LabParam("chunk", "Chunk size C (tokens; 0: the whole prompt at once)", 16, 0, 2048, hosted_maximum=512,
+                  help="tokens per chunk; 0: all of them in one chunk"),),
+        fig_chunked, chunked.lesson_text),
     Experiment(
         "speculative", "Speculative decoding, self-drafted",
         "The model's first k layers (then its final norm and LM head) guess g tokens; the full model verifies "

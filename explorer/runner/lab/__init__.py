@@ -5,12 +5,14 @@ experiment's result (`explorer.lab.<experiment>`)."""
 
 from __future__ import annotations
 
+from explorer.runner.lab.chunked import run_chunked
 from explorer.runner.lab.prefix import run_prefix
 from explorer.runner.lab.speculative import run_speculative
 from explorer.runner.lab.tiles import run_tiles
 
 RUNNERS = {
     "prefix": run_prefix,
+    "chunked": run_chunked,
     "speculative": run_speculative,
     "tiles": run_tiles,
 }
