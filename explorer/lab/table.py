@@ -15,8 +15,9 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from explorer.figures.lab.batching import fig_batching
 from explorer.figures.lab.prefix import fig_prefix
-from explorer.lab import prefix
+from explorer.lab import batching, prefix
 from explorer.lab.params import LabParam
 
 
@@ -49,4 +50,15 @@ LAB = {experiment.name: experiment for experiment in (
         (LabParam("prefix", "Shared prefix P (tokens; 0: the whole prompt)", 0, 0, 2048,
                   help="positions of the prompt the second request shares; 0: all of them"),),
         fig_prefix, prefix.lesson_text),
+    Experiment(
+        "batching", "Continuous batching with a page table",
+        "R requests cut from your prompt, of different lengths and numbers of tokens to generate, admitted one a "
+        "step and retired when done, each step one packed forward pass: the packed and padded layouts, the KV "
+        "cache's pages and block tables, each request's tokens and logits equal to it run alone, and the tokens/s.",
+        (LabParam("requests", "Requests R", 4, 3, 8, hosted_maximum=4,
+                  help="requests in the batch; request i is the prompt's first T(i+1)/R tokens"),
+         LabParam("block_size", "KV page size (positions)", 16, 1, 256, help="positions of K and V a page holds"),
+         LabParam("new_tokens", "Max new tokens a request", 8, 1, 32, hosted_maximum=16,
+                  help="the most a request generates (request i: min(this, 2 + 3i))")),
+        fig_batching, batching.lesson_text),
 )}

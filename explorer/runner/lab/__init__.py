@@ -5,8 +5,10 @@ experiment's result (`explorer.lab.<experiment>`)."""
 
 from __future__ import annotations
 
+from explorer.runner.lab.batching import run_batching
 from explorer.runner.lab.prefix import run_prefix
 
 RUNNERS = {
     "prefix": run_prefix,
+    "batching": run_batching,
 }

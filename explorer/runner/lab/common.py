@@ -8,6 +8,7 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import torch
 from transformers import DynamicCache
@@ -19,6 +20,7 @@ from explorer.errors import PromptError, SessionStateError
 from explorer.runner.loaded import LoadedModel
 from explorer.runner.locks import model_lock
 
+T = TypeVar("T")
 MAX_PROMPT_TOKENS = 2048  # what an experiment runs on the shared model: a few passes of this at most
 
 
@@ -47,11 +49,12 @@ def new_cache(model) -> DynamicCache:
     return DynamicCache(config=model.config)
 
 
-def forward(model, ids: list[int], cache: DynamicCache | None) -> torch.Tensor:
-    """Run `ids` ([1, T]) after whatever `cache` holds (the cache grows by T); returns every
-    position's logits, [T, V] float32 on the CPU."""
+def forward(model, ids: list[int], cache: DynamicCache | None, keep: int = 0) -> torch.Tensor:
+    """Run `ids` ([1, T]) after whatever `cache` holds (the cache grows by T); returns the logits of
+    the last `keep` positions (0: every position), [T or keep, V] float32 on the CPU."""
     tensor = torch.tensor([ids], device=model.device)
-    return model(input_ids=tensor, cache=cache, use_cache=cache is not None).logits[0].float().cpu()
+    return model(input_ids=tensor, cache=cache, use_cache=cache is not None,
+                 logits_to_keep=keep).logits[0].float().cpu()
 
 
 def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int) -> list[int]:
@@ -64,14 +67,20 @@ def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int) -> list
 
 def median_ms(run: Callable[[], object], repeats: int) -> float:
     """The median wall time of `repeats` calls of `run`, in ms (measured; the device synchronised)."""
+    return timed(run, repeats)[0]
+
+
+def timed(run: Callable[[], T], repeats: int) -> tuple[float, T]:
+    """The median wall time of `repeats` calls of `run`, in ms (measured; the device synchronised), and
+    the last call's result (an experiment that times the run it reports)."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        run()
+        result = run()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return statistics.median(times), result
 
 
 @contextlib.contextmanager
