@@ -34,7 +34,6 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     loaded = load_model(device="cpu")
     ids = loaded.tokenizer(TEXT * (args.prompt_tokens // 8 + 1), add_special_tokens=False)["input_ids"][:args.prompt_tokens]
-    run_batching(loaded, ids, args.requests, args.block_size, 2, repeats=1)  # warm-up
     r = run_batching(loaded, ids, args.requests, args.block_size, args.new_tokens, repeats=args.repeats)
     print(f"{loaded.description}; {torch.get_num_threads()} threads")
     print(f"{len(r.requests)} requests: prompts {[q.prompt_tokens for q in r.requests]} tokens, new "

@@ -30,7 +30,7 @@ def ids_of(loaded, text: str) -> list[int]:
 def test_each_request_in_the_batch_computes_what_it_computes_alone(family, attention):
     loaded = tiny_model(family, attn_implementation=attention)
     ids = ids_of(loaded, PROMPT)
-    result = run_batching(loaded, ids, requests=5, block_size=4, new_tokens=9)
+    result = run_batching(loaded, ids, requests=5, block_size=4, new_tokens=9, repeats=1)
     for request, tokens in zip(result.requests, result.batched_tokens, strict=True):
         prompt = ids[:request.prompt_tokens]
         with torch.inference_mode():  # the oracle: generate on the request alone (it stops at an EOS)
@@ -51,7 +51,7 @@ def test_the_measured_packed_input_is_the_hand_count(llama):
     """20 tokens, R = 4: requests of 5, 10, 15, 20 tokens generating 2, 5, 8, 8; step 3 packs request 1's
     and 2's decode tokens beside request 3's 20-token prefill: [1, 22, d], cu_seqlens (0, 1, 2, 22)."""
     ids = ids_of(llama, PROMPT[:20])
-    result = run_batching(llama, ids, requests=4, block_size=4, new_tokens=8)
+    result = run_batching(llama, ids, requests=4, block_size=4, new_tokens=8, repeats=1)
     d = DIMS["hidden_size"]
     assert result.packed_shapes == tuple((1, n, d) for n in (5, 11, 16, 22, 3, 3, 2, 2, 2, 2, 1))
     assert result.layouts[3].cu_seqlens == (0, 1, 2, 22) and result.layouts[3].padded_tokens == 60

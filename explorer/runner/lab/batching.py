@@ -31,9 +31,9 @@ from explorer.runner.lab.common import (
     dtype_name,
     exclusive,
     forward,
+    median_ms,
     new_cache,
     output_shapes,
-    timed,
 )
 from explorer.runner.loaded import LoadedModel
 
@@ -41,7 +41,7 @@ Logits = list[torch.Tensor]  # per request: [new_tokens, V] float32 on the CPU
 
 
 def run_batching(loaded: LoadedModel, prompt_ids: list[int], requests: int = 4, block_size: int = 16,
-                 new_tokens: int = 8, repeats: int = 1) -> BatchingResult:
+                 new_tokens: int = 8, repeats: int = 2) -> BatchingResult:
     """Run the batch built from `prompt_ids` continuously batched and each request alone; compare.
 
     Args:
@@ -50,7 +50,7 @@ def run_batching(loaded: LoadedModel, prompt_ids: list[int], requests: int = 4, 
         requests: R, 3..8.
         block_size: positions a KV page holds (the page table is computed, not run).
         new_tokens: the most tokens a request generates (request i: min(new_tokens, 2 + 3i)).
-        repeats: runs per way (the median time is kept; the results are the last run's).
+        repeats: timed runs per way, after one untimed run each that gives the results (the median is kept).
 
     Raises:
         SessionStateError: shape-only mode.
@@ -63,15 +63,16 @@ def run_batching(loaded: LoadedModel, prompt_ids: list[int], requests: int = 4, 
     tables = page_tables(layouts, block_size)
     with exclusive(loaded) as model:
         with output_shapes(model.get_input_embeddings()) as shapes:
-            batched_ms, (batched_tokens, batched_logits) = timed(lambda: _batched(model, prompt_ids, batch), repeats)
-        alone_ms, alone = timed(lambda: [_alone(model, prompt_ids[:r.prompt_tokens], r.new_tokens) for r in batch],
-                                repeats)
-    alone_tokens, alone_logits = zip(*alone, strict=True)
+            batched_tokens, batched_logits = _batched(model, prompt_ids, batch)
+        alone_tokens, alone_logits = zip(*_one_after_another(model, prompt_ids, batch), strict=True)
+        # timed after those untimed runs, so that neither way pays the first call's start-up cost
+        batched_ms = median_ms(lambda: _batched(model, prompt_ids, batch), repeats)
+        alone_ms = median_ms(lambda: _one_after_another(model, prompt_ids, batch), repeats)
     delta = max(float((mine - theirs).abs().max()) for mine, theirs in zip(batched_logits, alone_logits, strict=True))
     spec = ModelSpec.from_hf_config(model.config.to_dict())
     element_bytes = next(model.parameters()).element_size()
     return BatchingResult(
-        requests=batch, layouts=layouts, packed_shapes=tuple(shapes[:len(layouts)]), tables=tables, block_size=block_size,
+        requests=batch, layouts=layouts, packed_shapes=tuple(shapes), tables=tables, block_size=block_size,
         bytes_per_position=kv_bytes_per_position(spec.n_layers, spec.n_kv_heads, spec.head_dim, element_bytes),
         batched_tokens=tuple(map(tuple, batched_tokens)), alone_tokens=tuple(map(tuple, alone_tokens)),
         max_abs_diff=delta, max_abs_logit=max(float(logits.abs().max()) for logits in alone_logits),
@@ -119,6 +120,11 @@ def _varlen_mask(model, query_owners: list[int], query_positions: list[int], slo
     visible = (torch.tensor(slot_owners)[None, :] == query_owner) & (torch.tensor(slot_positions)[None, :] <= query_position)
     mask = torch.full(visible.shape, torch.finfo(model.dtype).min, dtype=model.dtype)
     return mask.masked_fill(visible, 0.0)[None, None].to(model.device)
+
+
+def _one_after_another(model, prompt_ids: list[int], batch: tuple[Request, ...]) -> list[tuple[list[int], torch.Tensor]]:
+    """Each request alone (`_alone`), in order."""
+    return [_alone(model, prompt_ids[:request.prompt_tokens], request.new_tokens) for request in batch]
 
 
 def _alone(model, prompt: list[int], steps: int) -> tuple[list[int], torch.Tensor]:

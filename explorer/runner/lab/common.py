@@ -8,7 +8,6 @@ import contextlib
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 
 import torch
 from transformers import DynamicCache
@@ -20,7 +19,6 @@ from explorer.errors import PromptError, SessionStateError
 from explorer.runner.loaded import LoadedModel
 from explorer.runner.locks import model_lock
 
-T = TypeVar("T")
 MAX_PROMPT_TOKENS = 2048  # what an experiment runs on the shared model: a few passes of this at most
 
 
@@ -67,20 +65,14 @@ def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int) -> list
 
 def median_ms(run: Callable[[], object], repeats: int) -> float:
     """The median wall time of `repeats` calls of `run`, in ms (measured; the device synchronised)."""
-    return timed(run, repeats)[0]
-
-
-def timed(run: Callable[[], T], repeats: int) -> tuple[float, T]:
-    """The median wall time of `repeats` calls of `run`, in ms (measured; the device synchronised), and
-    the last call's result (an experiment that times the run it reports)."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        result = run()
+        run()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times), result
+    return statistics.median(times)
 
 
 @contextlib.contextmanager
