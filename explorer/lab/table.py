@@ -15,11 +15,12 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from explorer.figures.lab.batching import fig_batching
 from explorer.figures.lab.chunked import fig_chunked
 from explorer.figures.lab.prefix import fig_prefix
 from explorer.figures.lab.speculative import fig_speculative
 from explorer.figures.lab.tiles import fig_tiles
-from explorer.lab import chunked, prefix, speculative, tiles
+from explorer.lab import batching, chunked, prefix, speculative, tiles
 from explorer.lab.params import LabParam
 
 
@@ -60,6 +61,17 @@ LAB = {experiment.name: experiment for experiment in (
         (LabParam("chunk", "Chunk size C (tokens; 0: the whole prompt at once)", 16, 0, 2048, hosted_maximum=512,
                   help="tokens per chunk; 0: all of them in one chunk"),),
         fig_chunked, chunked.lesson_text),
+    Experiment(
+        "batching", "Continuous batching with a page table",
+        "R requests cut from your prompt, of different lengths and numbers of tokens to generate, admitted one a "
+        "step and retired when done, each step one packed forward pass: the packed and padded layouts, the KV "
+        "cache's pages and block tables, each request's tokens and logits equal to it run alone, and the tokens/s.",
+        (LabParam("requests", "Requests R", 4, 3, 8, hosted_maximum=4,
+                  help="requests in the batch; request i is the prompt's first T(i+1)/R tokens"),
+         LabParam("block_size", "KV page size (positions)", 16, 1, 256, help="positions of K and V a page holds"),
+         LabParam("new_tokens", "Max new tokens a request", 8, 1, 32, hosted_maximum=16,
+                  help="the most a request generates (request i: min(this, 2 + 3i))")),
+        fig_batching, batching.lesson_text),
     Experiment(
         "speculative", "Speculative decoding, self-drafted",
         "The model's first k layers (then its final norm and LM head) guess g tokens; the full model verifies "

@@ -5,6 +5,7 @@ experiment's result (`explorer.lab.<experiment>`)."""
 
 from __future__ import annotations
 
+from explorer.runner.lab.batching import run_batching
 from explorer.runner.lab.chunked import run_chunked
 from explorer.runner.lab.prefix import run_prefix
 from explorer.runner.lab.speculative import run_speculative
@@ -13,6 +14,7 @@ from explorer.runner.lab.tiles import run_tiles
 RUNNERS = {
     "prefix": run_prefix,
     "chunked": run_chunked,
+    "batching": run_batching,
     "speculative": run_speculative,
     "tiles": run_tiles,
 }

@@ -48,11 +48,12 @@ def new_cache(model) -> DynamicCache:
     return DynamicCache(config=model.config)
 
 
-def forward(model, ids: list[int], cache: DynamicCache | None) -> torch.Tensor:
-    """Run `ids` ([1, T]) after whatever `cache` holds (the cache grows by T); returns every
-    position's logits, [T, V] float32 on the CPU."""
+def forward(model, ids: list[int], cache: DynamicCache | None, keep: int = 0) -> torch.Tensor:
+    """Run `ids` ([1, T]) after whatever `cache` holds (the cache grows by T); returns the logits of
+    the last `keep` positions (0: every position), [T or keep, V] float32 on the CPU."""
     tensor = torch.tensor([ids], device=model.device)
-    return model(input_ids=tensor, cache=cache, use_cache=cache is not None).logits[0].float().cpu()
+    return model(input_ids=tensor, cache=cache, use_cache=cache is not None,
+                 logits_to_keep=keep).logits[0].float().cpu()
 
 
 def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int) -> list[int]:
