@@ -8,6 +8,7 @@ The fixed text every lossy experiment scores (`shipped_text`): Abraham Lincoln's
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
@@ -86,3 +87,66 @@ def first_divergence(first: list[int] | tuple[int, ...], second: list[int] | tup
         if a != b:
             return position
     return None if len(first) == len(second) else min(len(first), len(second))
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """How close a variant's next-token distributions are to the float model's (all measured from the
+    two runs' logits; KL in nats).
+
+    Attributes:
+        prompt_kl: KL(p_float || p_variant) at each prompt position, [T_prompt].
+        prompt_top1: share of prompt positions whose greedy token is the same (0..1).
+        prompt_max_abs_diff: max |Δlogit| over the prompt's positions and the vocabulary.
+        text_kl_mean, text_kl_max: KL's mean and max over the shipped text's positions.
+        text_top1: top-1 agreement over the shipped text.
+        text_max_abs_diff: max |Δlogit| over the shipped text.
+        text_perplexity: the variant's perplexity of the shipped text.
+    """
+
+    prompt_kl: tuple[float, ...]
+    prompt_top1: float
+    prompt_max_abs_diff: float
+    text_kl_mean: float
+    text_kl_max: float
+    text_top1: float
+    text_max_abs_diff: float
+    text_perplexity: float
+
+
+def fidelity(reference_prompt: np.ndarray, variant_prompt: np.ndarray, reference_text: np.ndarray,
+             variant_text: np.ndarray, text_ids: list[int]) -> Fidelity:
+    """The variant's distance from the reference on the prompt ([T_p, V] logits each) and on the shipped
+    text ([T_t, V] logits each, of the tokens `text_ids`)."""
+    text_kl = kl_per_position(reference_text, variant_text)
+    return Fidelity(
+        prompt_kl=tuple(float(kl) for kl in kl_per_position(reference_prompt, variant_prompt)),
+        prompt_top1=top1_agreement(reference_prompt, variant_prompt),
+        prompt_max_abs_diff=max_abs_diff(reference_prompt, variant_prompt),
+        text_kl_mean=float(text_kl.mean()), text_kl_max=float(text_kl.max()),
+        text_top1=top1_agreement(reference_text, variant_text),
+        text_max_abs_diff=max_abs_diff(reference_text, variant_text),
+        text_perplexity=perplexity(variant_text, text_ids))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One lossy variant of the model (or the float reference itself), run for real.
+
+    Attributes:
+        name: e.g. "float32", "int8 per channel", "int4 g32", "fp8 e4m3".
+        fidelity: its distance from the float model (measured; zeros for the reference).
+        tokens: its greedy continuation of the prompt (measured).
+        diverges_at: the first position where `tokens` leave the float model's; None: never (measured).
+        bytes_per_element: bytes per weight, or per token of KV cache, scales included (computed).
+        step_ms: wall time of one decode step here, median (measured).
+        predicted_step_s: the roofline's decode-step lower bound on the named GPU (estimated).
+    """
+
+    name: str
+    fidelity: Fidelity
+    tokens: tuple[int, ...]
+    diverges_at: int | None
+    bytes_per_element: float
+    step_ms: float
+    predicted_step_s: float

@@ -16,7 +16,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from explorer.figures.lab.prefix import fig_prefix
-from explorer.lab import prefix
+from explorer.figures.lab.quant import fig_quant
+from explorer.lab import prefix, quant
 from explorer.lab.params import LabParam
 
 
@@ -49,4 +50,17 @@ LAB = {experiment.name: experiment for experiment in (
         (LabParam("prefix", "Shared prefix P (tokens; 0: the whole prompt)", 0, 0, 2048,
                   help="positions of the prompt the second request shares; 0: all of them"),),
         fig_prefix, prefix.lesson_text),
+    Experiment(
+        "quant", "Weight quantization (INT8, INT4)",
+        "The decoder's linear weights rounded to INT8 (per output channel) and INT4 (per group of G): what "
+        "each costs in KL, top-1 agreement and perplexity of a fixed text, beside the bytes a weight and the "
+        "roofline's predicted decode speed.",
+        (LabParam("bits", "Bits (8, 4; 0: both)", 0, 0, 8, help="the variant run: 8 (INT8), 4 (INT4), 0 both"),
+         LabParam("group_size", "INT4 group size G (weights per scale)", 32, 1, 4096,
+                  help="input weights sharing one INT4 scale"),
+         LabParam("continue_tokens", "Greedy tokens N", 12, 1, 128, hosted_maximum=32,
+                  help="tokens each variant generates after the prompt"),
+         LabParam("text_tokens", "Text tokens scored", 256, 2, 2048, hosted_maximum=384,
+                  help="the shipped text's first tokens, for KL and perplexity")),
+        fig_quant, quant.lesson_text),
 )}

@@ -6,7 +6,9 @@ experiment's result (`explorer.lab.<experiment>`)."""
 from __future__ import annotations
 
 from explorer.runner.lab.prefix import run_prefix
+from explorer.runner.lab.quant import run_quant
 
 RUNNERS = {
     "prefix": run_prefix,
+    "quant": run_quant,
 }
