@@ -18,9 +18,10 @@ import plotly.graph_objects as go
 from explorer.figures.lab.batching import fig_batching
 from explorer.figures.lab.chunked import fig_chunked
 from explorer.figures.lab.prefix import fig_prefix
+from explorer.figures.lab.quant import fig_quant
 from explorer.figures.lab.speculative import fig_speculative
 from explorer.figures.lab.tiles import fig_tiles
-from explorer.lab import batching, chunked, prefix, speculative, tiles
+from explorer.lab import batching, chunked, prefix, quant, speculative, tiles
 from explorer.lab.params import LabParam
 
 
@@ -94,4 +95,17 @@ LAB = {experiment.name: experiment for experiment in (
          LabParam("position", "Query row (1..T; 0: the last)", 0, 0, 8192,
                   help="the query row, 1 to the prompt's tokens; 0: the last, which sees every key")),
         fig_tiles, tiles.lesson_text),
+    Experiment(
+        "quant", "Weight quantization (INT8, INT4)",
+        "The decoder's linear weights rounded to INT8 (per output channel) and INT4 (per group of G): what "
+        "each costs in KL, top-1 agreement and perplexity of a fixed text, beside the bytes a weight and the "
+        "roofline's predicted decode speed.",
+        (LabParam("bits", "Bits (8, 4; 0: both)", 0, 0, 8, help="the variant run: 8 (INT8), 4 (INT4), 0 both"),
+         LabParam("group_size", "INT4 group size G (weights per scale)", 32, 1, 4096,
+                  help="input weights sharing one INT4 scale"),
+         LabParam("continue_tokens", "Greedy tokens N", 12, 1, 128, hosted_maximum=32,
+                  help="tokens each variant generates after the prompt"),
+         LabParam("text_tokens", "Text tokens scored", 256, 2, 2048, hosted_maximum=384,
+                  help="the shipped text's first tokens, for KL and perplexity")),
+        fig_quant, quant.lesson_text),
 )}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from explorer.runner.lab.batching import run_batching
 from explorer.runner.lab.chunked import run_chunked
 from explorer.runner.lab.prefix import run_prefix
+from explorer.runner.lab.quant import run_quant
 from explorer.runner.lab.speculative import run_speculative
 from explorer.runner.lab.tiles import run_tiles
 
@@ -17,4 +18,5 @@ RUNNERS = {
     "batching": run_batching,
     "speculative": run_speculative,
     "tiles": run_tiles,
+    "quant": run_quant,
 }

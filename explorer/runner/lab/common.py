@@ -13,14 +13,18 @@ import torch
 from transformers import DynamicCache
 
 from explorer.analysis.costs import step_costs
+from explorer.analysis.hardware import get_hardware
 from explorer.analysis.precision import Precision, canonical_dtype
 from explorer.analysis.records import CostOptions, Step
+from explorer.analysis.roofline import what_if
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import PromptError, SessionStateError
+from explorer.lab.fidelity import shipped_text
 from explorer.runner.loaded import LoadedModel
 from explorer.runner.locks import model_lock
 
 MAX_PROMPT_TOKENS = 2048  # what an experiment runs on the shared model: a few passes of this at most
+BOUND_HARDWARE = "h100-sxm"  # the GPU whose roofline the lossy experiments' predicted bounds are on
 
 
 def check_runnable(loaded: LoadedModel, prompt_ids: list[int], max_tokens: int = MAX_PROMPT_TOKENS) -> None:
@@ -109,3 +113,34 @@ def pieces(loaded: LoadedModel, ids: list[int]) -> tuple[str, ...]:
 
 def dtype_name(model) -> str:
     return str(model.dtype).removeprefix("torch.")
+
+
+def text_ids(loaded: LoadedModel, max_tokens: int) -> list[int]:
+    """The shipped text's first `max_tokens` token ids (`explorer.lab.fidelity.shipped_text`), no
+    special tokens, at most the model's context length."""
+    ids = loaded.tokenizer(shipped_text(), add_special_tokens=False)["input_ids"]
+    return ids[:min(max_tokens, context_length(loaded.model))]
+
+
+def context_length(model) -> int:
+    """The positions the model was built for (`max_position_embeddings`, GPT-2's `n_positions`)."""
+    config = model.config
+    return int(getattr(config, "max_position_embeddings", None) or config.n_positions)
+
+
+def decode_ms(model, cache: DynamicCache, token: int, repeats: int) -> float:
+    """The median wall time of `repeats` decode steps of `token` on `cache` (which grows by `repeats`), ms
+    (measured)."""
+    return median_ms([lambda: forward(model, [token], cache)], repeats)[0]
+
+
+def predicted_decode_s(model, context: int, batch: int = 1, **formats: str) -> tuple[float, str]:
+    """(the roofline's lower bound on one decode step, s; the GPU's name) for `batch` sequences of
+    `context` positions on `BOUND_HARDWARE`, in the model's dtype with `formats` changed (weights=
+    "int4", kv="fp8", ...: `explorer.analysis.roofline.what_if`; estimated by the cost model)."""
+    spec = ModelSpec.from_hf_config(model.config.to_dict())
+    dtype = canonical_dtype(str(model.dtype))
+    hardware = get_hardware(BOUND_HARDWARE)
+    options = CostOptions(Precision(dtype, dtype, dtype))
+    roofline = what_if(spec, Step("decode", batch, 1, context), hardware, options, **formats)
+    return roofline.time_lower_bound_s, hardware.name

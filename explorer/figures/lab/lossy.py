@@ -1,0 +1,50 @@
+"""The lossy experiments' figure (weight and KV-cache quantization): one row per variant, one panel per
+measure, so the cost in fidelity reads beside the bytes saved and the speed the roofline predicts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, set_layout, subplot_grid, wrapped
+from explorer.lab.fidelity import Variant
+
+TITLE_CHARS = 110  # a title line across the Lab's ~900 px plot
+
+
+def fig_variants(variants: Sequence[Variant], view: str, title_segments: list[str], bytes_title: str,
+                 hardware: str) -> go.Figure:
+    """Five panels sharing the variants' axis (the float reference on top): mean KL over the shipped text,
+    top-1 agreement, perplexity (measured), bytes per element (computed) and the predicted decode-step
+    bound on `hardware` (estimated).
+
+    Args:
+        variants: the reference first, then each lossy variant.
+        view: the figure's `layout.meta["view"]`, e.g. "lab-quant".
+        title_segments: the title's pieces (wrapped to two or three lines).
+        bytes_title: the bytes panel's title, e.g. "bytes / weight (computed)".
+        hardware: the GPU the bound is predicted on.
+    """
+    titles = ["KL from float, nats<br>(measured)", "top-1 agreement<br>(measured)",
+              "perplexity of the text<br>(measured)", bytes_title, f"decode bound, µs<br>(estimated, {hardware})"]
+    layout, axes = subplot_grid(titles, cols=5, shared_yaxes=True, horizontal_spacing=0.035)
+    names = [variant.name for variant in variants][::-1]
+    ordered = list(variants)[::-1]
+    layout["yaxis"].update(autorange=True)
+    columns = (
+        [v.fidelity.text_kl_mean for v in ordered], [100 * v.fidelity.text_top1 for v in ordered],
+        [v.fidelity.text_perplexity for v in ordered], [v.bytes_per_element for v in ordered],
+        [v.predicted_step_s * 1e6 for v in ordered])
+    formats = ("{:.2g}", "{:.1f}%", "{:.2f}", "{:.3g}", "{:.3g}")
+    fig = go.Figure(layout=layout)
+    colours = [PREFILL_COLOUR if v is variants[0] else DECODE_COLOUR for v in ordered]
+    for column, (values, text_format) in enumerate(zip(columns, formats, strict=True), start=1):
+        top = max(values) or 1.0
+        layout_key = "xaxis" if column == 1 else f"xaxis{column}"
+        fig.layout[layout_key].update(range=[0, top * 1.6], showticklabels=False)
+        fig.add_trace(go.Bar(y=names, x=values, orientation="h", marker_color=colours, showlegend=False,
+                             text=[text_format.format(value) for value in values], textposition="outside",
+                             cliponaxis=False, hoverinfo="y+x", **axes[(1, column)]))
+    base_layout(fig, view, None, "<br>".join(wrapped(title_segments, TITLE_CHARS)), height=340)
+    return set_layout(fig, margin={"l": 130, "r": 20, "t": 110, "b": 30})
