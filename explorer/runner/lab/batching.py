@@ -28,7 +28,6 @@ from explorer.lab.batching import (
 )
 from explorer.runner.lab.common import (
     check_runnable,
-    dtype_name,
     exclusive,
     forward,
     median_ms,
@@ -78,7 +77,7 @@ def run_batching(loaded: LoadedModel, prompt_ids: list[int], requests: int = 4, 
         max_abs_diff=delta, max_abs_logit=max(float(logits.abs().max()) for logits in alone_logits),
         batched_ms=batched_ms, alone_ms=alone_ms, repeats=repeats,
         texts=tuple(_text(loaded, tokens) for tokens in batched_tokens), device=str(loaded.device),
-        dtype=dtype_name(model))
+        dtype=loaded.dtype)
 
 
 def _batched(model, prompt_ids: list[int], batch: tuple[Request, ...]) -> tuple[list[list[int]], Logits]:

@@ -19,7 +19,6 @@ from explorer.lab.chunked import (
 )
 from explorer.runner.lab.common import (
     check_runnable,
-    dtype_name,
     exclusive,
     forward,
     greedy,
@@ -76,7 +75,7 @@ def run_chunked(loaded: LoadedModel, prompt_ids: list[int], chunk: int = 16, rep
         max_abs_diff=float((chunked - full).abs().max()), last_abs_diff=float((chunked[-1] - full[-1]).abs().max()),
         max_abs_logit=float(full.abs().max()), full_tokens=tuple(full_tokens), chunked_tokens=tuple(chunked_tokens),
         pieces=pieces(loaded, prompt_ids + full_tokens + chunked_tokens), ridge_hardware=ridge_hardware,
-        ridge_flops_per_byte=ridge_flops_per_byte, device=str(loaded.device), dtype=dtype_name(model))
+        ridge_flops_per_byte=ridge_flops_per_byte, device=str(loaded.device), dtype=loaded.dtype)
 
 
 def _chunked_prefill(model, prompt_ids: list[int], plan: list[tuple[int, int]], cache):

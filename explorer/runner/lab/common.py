@@ -111,9 +111,6 @@ def pieces(loaded: LoadedModel, ids: list[int]) -> tuple[str, ...]:
     return tuple(loaded.tokenizer.decode([token]) for token in ids)
 
 
-def dtype_name(model) -> str:
-    return str(model.dtype).removeprefix("torch.")
-
 
 def text_ids(loaded: LoadedModel, max_tokens: int) -> list[int]:
     """The shipped text's first `max_tokens` token ids (`explorer.lab.fidelity.shipped_text`), no

@@ -9,7 +9,6 @@ from explorer.errors import PromptError
 from explorer.lab.prefix import FOLLOW_UP, PrefixCacheResult
 from explorer.runner.lab.common import (
     check_runnable,
-    dtype_name,
     exclusive,
     forward,
     greedy,
@@ -73,7 +72,7 @@ def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repe
         full_ms=full_ms, suffix_ms=suffix_ms, repeats=repeats, max_abs_diff=float(delta.max()),
         max_abs_logit=float(full[shared:].abs().max()), full_tokens=tuple(full_tokens),
         cached_tokens=tuple(cached_tokens), pieces=pieces(loaded, second + full_tokens + cached_tokens),
-        device=str(loaded.device), dtype=dtype_name(model))
+        device=str(loaded.device), dtype=loaded.dtype)
 
 
 def _follow_up_ids(loaded: LoadedModel) -> list[int]:

@@ -17,7 +17,6 @@ from explorer.runner.lab.common import (
     check_runnable,
     context_length,
     decode_ms,
-    dtype_name,
     exclusive,
     forward,
     greedy,
@@ -57,7 +56,7 @@ def run_quant(loaded: LoadedModel, prompt_ids: list[int], bits: int = 0, group_s
     with exclusive(loaded) as model:
         modules = quantizable(model)
         reference = _measure(model, prompt_ids, text, continue_tokens)
-        variants = [_variant(dtype_name(model), reference, reference, text, float(model.dtype.itemsize), model,
+        variants = [_variant(loaded.dtype, reference, reference, text, float(model.dtype.itemsize), model,
                              len(prompt_ids), None)]
         worst = 0.0
         copied = copy.deepcopy(model)
@@ -76,7 +75,7 @@ def run_quant(loaded: LoadedModel, prompt_ids: list[int], bits: int = 0, group_s
         prompt_tokens=len(prompt_ids), text_tokens=len(text), group_size=group_size,
         quantized_linears=len(modules), quantized_weights=sum(m.weight.numel() for m in modules),
         kept_float="embedding, LM head, norms and biases", max_error_over_bound=worst, variants=tuple(variants),
-        pieces=_pieces(loaded, variants), hardware=hardware, device=str(loaded.device), dtype=dtype_name(model))
+        pieces=_pieces(loaded, variants), hardware=hardware, device=str(loaded.device), dtype=loaded.dtype)
 
 
 def quantizable(model) -> list[torch.nn.Module]:

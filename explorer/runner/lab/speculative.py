@@ -25,7 +25,6 @@ from explorer.lab.speculative import Round, SpeculativeResult
 from explorer.runner.architectures import _module, model_features
 from explorer.runner.lab.common import (
     check_runnable,
-    dtype_name,
     exclusive,
     forward,
     greedy,
@@ -90,7 +89,7 @@ def run_speculative(loaded: LoadedModel, prompt_ids: list[int], depth: int = 12,
         prompt_tokens=len(prompt_ids), layers=layers, depth=depth, guesses=guesses, rounds=rounds,
         tokens=tuple(spoken), plain_tokens=tuple(plain), speculative_ms=speculative_ms, plain_ms=plain_ms,
         repeats=repeats, pieces=pieces(loaded, prompt_ids + plain + spoken), device=str(loaded.device),
-        dtype=dtype_name(model))
+        dtype=loaded.dtype)
 
 
 def _speculate(model, cache: DynamicCache, draft: DynamicCache, first: int, depth: int, guesses: int,

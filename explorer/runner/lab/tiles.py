@@ -10,7 +10,7 @@ import torch
 from explorer.errors import PromptError
 from explorer.lab.tiles import COMPONENTS, TilesResult, direct_attention, online_softmax, scores_of
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
-from explorer.runner.lab.common import check_runnable, dtype_name, exclusive, new_cache, pieces
+from explorer.runner.lab.common import check_runnable, exclusive, new_cache, pieces
 from explorer.runner.loaded import LoadedModel
 
 
@@ -54,7 +54,7 @@ def run_tiles(loaded: LoadedModel, prompt_ids: list[int], block: int = 16, layer
         partial_error=np.abs(online.partial_output - online.output).max(axis=1),
         partial_components=online.partial_output[:, :COMPONENTS], online_output=online.output,
         direct_output=output, direct_probs=probs, element_bytes=query.element_size(),
-        device=str(loaded.device), dtype=dtype_name(model))
+        device=str(loaded.device), dtype=loaded.dtype)
 
 
 def _check_params(block: int, layer: int, head: int, position: int, layers: int, query_heads: int,
