@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, set_layout, si_text, subplot_grid
+from explorer.figures.lab.frame import lab_frame
+from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, set_layout, si_text, subplot_grid
 from explorer.lab.batching import PHASES, BatchingResult
 
 PHASE_COLOURS = {"waiting": "#E5E5E5", "prefill": PREFILL_COLOUR, "decode": DECODE_COLOUR, "done": "#8C8C8C"}
@@ -51,9 +52,8 @@ def fig_batching(result: BatchingResult) -> go.Figure:
              f"one after another (measured); KV at step {r.peak_step}: pages "
              f"{si_text(peak.paged_positions * r.bytes_per_position, 'B')}, padded "
              f"{si_text(peak.padded_positions * r.bytes_per_position, 'B')} (computed)")
-    base_layout(fig, "lab-batching", None, title, height=560)
-    return set_layout(fig, barmode="group", legend={"orientation": "h", "y": 1.0, "x": 0, "yanchor": "bottom"},
-                      margin={"l": 90, "r": 30, "t": 110, "b": 50})
+    lab_frame(fig, "batching", title, 560, legend=True, left=90)
+    return set_layout(fig, barmode="group")
 
 
 def _timeline(fig: go.Figure, r: BatchingResult, axes: dict) -> None:

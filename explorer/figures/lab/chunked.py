@@ -7,7 +7,8 @@ import math
 
 import plotly.graph_objects as go
 
-from explorer.figures.theme import PREFILL_COLOUR, base_layout, set_layout, subplot_grid
+from explorer.figures.lab.frame import lab_frame
+from explorer.figures.theme import PREFILL_COLOUR, set_layout, subplot_grid
 from explorer.lab.chunked import COST_FORMAT, ChunkedPrefillResult, ChunkRecord, chunks_text
 from explorer.lab.prefix import shape_text
 
@@ -90,6 +91,5 @@ def fig_chunked(result: ChunkedPrefillResult) -> go.Figure:
              f"{r.chunked_ms:.0f} ms against {r.full_ms:.0f} ms in one prefill; weight GEMMs at "
              f"{r.chunks[0].cost.gemm_intensity:.0f} FLOP/byte<br>logits max |Δ| {r.max_abs_diff:.1g} against one "
              f"prefill, greedy tokens {'identical' if r.same_tokens else 'DIFFER'}")
-    base_layout(fig, "lab-chunked", None, title, height=540)
-    return set_layout(fig, legend={"orientation": "h", "y": -0.12, "x": 0.55, "yanchor": "top"},
-                      margin={"l": 70, "r": 30, "t": 100, "b": 80})
+    lab_frame(fig, "chunked", title, 540, left=70, bottom=80)
+    return set_layout(fig, legend={"orientation": "h", "y": -0.12, "x": 0.55, "yanchor": "top"})

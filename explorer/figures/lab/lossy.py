@@ -7,10 +7,9 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, base_layout, set_layout, subplot_grid, wrapped
+from explorer.figures.lab.frame import lab_frame
+from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, subplot_grid
 from explorer.lab.fidelity import Variant
-
-TITLE_CHARS = 110  # a title line across the Lab's ~900 px plot
 
 
 def fig_variants(variants: Sequence[Variant], view: str, title_segments: list[str], bytes_title: str,
@@ -24,10 +23,10 @@ def fig_variants(variants: Sequence[Variant], view: str, title_segments: list[st
         view: the figure's `layout.meta["view"]`, e.g. "lab-quant".
         title_segments: the title's pieces (wrapped to two or three lines).
         bytes_title: the bytes panel's title, e.g. "bytes / weight (computed)".
-        hardware: the GPU the bound is predicted on.
+        hardware: the GPU the bound is predicted on (named in the title).
     """
     titles = ["KL from float, nats<br>(measured)", "top-1 agreement<br>(measured)",
-              "perplexity of the text<br>(measured)", bytes_title, f"decode bound, µs<br>(estimated, {hardware})"]
+              "perplexity of the text<br>(measured)", bytes_title, "decode bound, µs<br>(estimated)"]
     layout, axes = subplot_grid(titles, cols=5, shared_yaxes=True, horizontal_spacing=0.035)
     names = [variant.name for variant in variants][::-1]
     ordered = list(variants)[::-1]
@@ -46,5 +45,5 @@ def fig_variants(variants: Sequence[Variant], view: str, title_segments: list[st
         fig.add_trace(go.Bar(y=names, x=values, orientation="h", marker_color=colours, showlegend=False,
                              text=[text_format.format(value) for value in values], textposition="outside",
                              cliponaxis=False, hoverinfo="y+x", **axes[(1, column)]))
-    base_layout(fig, view, None, "<br>".join(wrapped(title_segments, TITLE_CHARS)), height=340)
-    return set_layout(fig, margin={"l": 130, "r": 20, "t": 110, "b": 30})
+    return lab_frame(fig, view.removeprefix("lab-"), " ".join(title_segments), 380, subplot_title_lines=2, left=130,
+                     right=20, bottom=30)

@@ -5,22 +5,20 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from explorer.figures.lab.frame import lab_frame
 from explorer.figures.theme import (
     DECODE_COLOUR,
     PREFILL_COLOUR,
-    base_layout,
     plain_label,
     set_layout,
     si_text,
     subplot_grid,
     visible_piece,
-    wrapped,
 )
 from explorer.lab.prefix import PrefixCacheResult, shape_text
 
 REUSED_COLOUR = "#009E73"  # the prefix read from request A's cache
 WAYS = ("full prefill", "suffix on A's cache")
-TITLE_CHARS = 110  # a title line across the Lab's ~900 px plot
 
 
 def fig_prefix(result: PrefixCacheResult) -> go.Figure:
@@ -41,14 +39,12 @@ def fig_prefix(result: PrefixCacheResult) -> go.Figure:
     fig = go.Figure(layout=layout)
     _token_bars(fig, r, axes[(1, 1)])
     _cost_bars(fig, r, axes[(1, 2)])
-    segments = [f"Prefix caching: B reuses {r.prefix_tokens} of its {r.total_tokens} tokens:",
-                f"{1 - r.suffix_flops / r.full_flops:.0%} fewer FLOPs (estimated),",
-                f"{r.full_ms / max(r.suffix_ms, 1e-9):.1f}x the speed (measured);",
-                f"logits max |Δ| {r.max_abs_diff:.1g} (measured),",
-                f"greedy tokens {'identical' if r.same_tokens else 'DIFFERENT'}"]
-    base_layout(fig, "lab-prefix", None, "<br>".join(wrapped(segments, TITLE_CHARS)), height=350)
-    return set_layout(fig, barmode="stack", legend={"orientation": "h", "y": -0.28, "x": 0, "yanchor": "top"},
-                      margin={"l": 130, "r": 20, "t": 105, "b": 80})
+    title = (f"Prefix caching: B reuses {r.prefix_tokens} of its {r.total_tokens} tokens: "
+             f"{1 - r.suffix_flops / r.full_flops:.0%} fewer FLOPs (estimated), "
+             f"{r.full_ms / max(r.suffix_ms, 1e-9):.1f}x the speed (measured); logits max |Δ| {r.max_abs_diff:.1g} "
+             f"(measured), greedy tokens {'identical' if r.same_tokens else 'DIFFERENT'}")
+    lab_frame(fig, "prefix", title, 350, legend=True, left=130, bottom=40)
+    return set_layout(fig, barmode="stack")
 
 
 def _token_bars(fig: go.Figure, r: PrefixCacheResult, cell: dict) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from explorer.figures.lab.frame import lab_frame
 from explorer.figures.theme import (
     DECODE_COLOUR,
     PREFILL_COLOUR,
-    base_layout,
     plain_label,
     set_layout,
     subplot_grid,
@@ -37,7 +37,7 @@ def fig_speculative(result: SpeculativeResult) -> go.Figure:
     rounds = r.rounds[:MAX_ROUNDS_DRAWN]
     labels = [f"round {i}" for i in range(1, len(rounds) + 1)]
     layout["xaxis"].update(title={"text": "each round's guesses by the draft, then the full model's own token (measured)"}, range=[0, r.guesses + 1 + 4.5], dtick=1)
-    layout["yaxis"].update(autorange="reversed")
+    layout["yaxis"].update(autorange="reversed", categoryorder="array", categoryarray=labels)  # round 1 on top
     layout["yaxis2"].update(rangemode="tozero")
     layout["yaxis3"].update(rangemode="tozero")
     fig = go.Figure(layout=layout)
@@ -62,10 +62,8 @@ def fig_speculative(result: SpeculativeResult) -> go.Figure:
     title = (f"Self-speculative decoding: the first {r.depth} of {r.layers} layers guess, the full model verifies "
              f"{r.guesses} at once<br>acceptance {r.acceptance_rate:.0%}, {r.speed_up:.2f}x time per token "
              f"(measured); tokens {'identical to' if r.same_tokens else 'DIFFERENT from'} plain greedy decoding")
-    base_layout(fig, "lab-speculative", None, title, height=560)
-    return set_layout(fig, barmode="overlay", bargap=0.15,
-                      legend={"orientation": "h", "y": 1.0, "x": 0, "yanchor": "bottom"},
-                      margin={"l": 80, "r": 30, "t": 110, "b": 50})
+    lab_frame(fig, "speculative", title, 560, legend=True, subplot_title_lines=0)
+    return set_layout(fig, barmode="overlay", bargap=0.15)
 
 
 def _kind(round_, index: int) -> str:

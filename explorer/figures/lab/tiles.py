@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
+from explorer.figures.lab.frame import lab_frame
 from explorer.figures.theme import (
     DECODE_COLOUR,
     PREFILL_COLOUR,
-    base_layout,
     plain_label,
     set_layout,
     si_text,
@@ -65,9 +65,9 @@ def fig_tiles(result: TilesResult) -> go.Figure:
              f"in {blocks_text(r.blocks)} of {r.block}<br>online softmax {verdict} the eager row (max |Δo| "
              f"{r.max_abs_diff:.1g}); the layer's scores, {si_text(r.scores_bytes, 'B')}, never held: "
              f"{si_text(r.tile_bytes, 'B')} of tiles instead (computed)")
-    base_layout(fig, "lab-tiles", None, title, height=560)
+    lab_frame(fig, "tiles", title, 560, left=70, bottom=90)
     return set_layout(fig, legend={"orientation": "h", "y": -0.13, "x": 1, "xanchor": "right", "yanchor": "top"},
-                      margin={"l": 70, "r": 30, "t": 100, "b": 90}, bargap=0.05)
+                      bargap=0.05)
 
 
 def _after_blocks(edges: np.ndarray, values: np.ndarray, name: str, colour: str, axes: dict[str, str],
