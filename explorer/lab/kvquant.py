@@ -116,9 +116,9 @@ def lesson_text(result: KVQuantResult) -> str:
             f"{r.hardware} against {base.predicted_step_s * 1e6:.3g} µs with the float cache "
             f"(**{base.predicted_step_s / v.predicted_step_s:.2f}x**, estimated: the cache is read every step).")
     parts.append(
-        f"Here the step times ({', '.join(f'{v.step_ms:.1f}' for v in r.variants)} ms, measured at batch 1) pay "
-        "for dequantizing the whole cache every step in Python; a fused kernel reads the codes and scales inside "
-        "attention instead. At batch 1 and a short context the weights dominate the bytes read, so the gain "
+        f"The step times here ({', '.join(f'{v.step_ms:.1f}' for v in r.variants)} ms, measured at batch 1 on this "
+        "machine) include dequantizing the whole cache every step in Python, which a fused kernel does inside "
+        "attention instead, so they say nothing of the gain. At batch 1 and a short context the weights dominate the bytes read, so the gain "
         "appears with many long sequences; the cost is the distance above: accuracy must be measured, not assumed.")
     return " ".join(parts)
 
