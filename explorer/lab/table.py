@@ -17,11 +17,12 @@ import plotly.graph_objects as go
 
 from explorer.figures.lab.batching import fig_batching
 from explorer.figures.lab.chunked import fig_chunked
+from explorer.figures.lab.kvquant import fig_kvquant
 from explorer.figures.lab.prefix import fig_prefix
 from explorer.figures.lab.quant import fig_quant
 from explorer.figures.lab.speculative import fig_speculative
 from explorer.figures.lab.tiles import fig_tiles
-from explorer.lab import batching, chunked, prefix, quant, speculative, tiles
+from explorer.lab import batching, chunked, kvquant, prefix, quant, speculative, tiles
 from explorer.lab.params import LabParam
 
 
@@ -108,4 +109,16 @@ LAB = {experiment.name: experiment for experiment in (
          LabParam("text_tokens", "Text tokens scored", 256, 2, 2048, hosted_maximum=384,
                   help="the shipped text's first tokens, for KL and perplexity")),
         fig_quant, quant.lesson_text),
+    Experiment(
+        "kvquant", "KV-cache quantization (INT8, FP8)",
+        "Every cached key and value stored as INT8 or FP8 (e4m3) codes with one fp16 scale per token per KV head, "
+        "dequantized when attention reads them: what each costs in KL, top-1 agreement and perplexity of a fixed "
+        "text, beside the cache's bytes per token and the roofline's predicted decode speed at batch 64.",
+        (LabParam("kv_format", "KV format (1: INT8, 2: FP8 e4m3; 0: both)", 0, 0, 2,
+                  help="the quantized cache run: 1 (INT8), 2 (FP8 e4m3), 0 both"),
+         LabParam("continue_tokens", "Greedy tokens N", 12, 1, 128, hosted_maximum=32,
+                  help="tokens each cache generates after the prompt"),
+         LabParam("text_tokens", "Text tokens scored", 256, 2, 2048, hosted_maximum=384,
+                  help="the shipped text's first tokens, for KL and perplexity")),
+        fig_kvquant, kvquant.lesson_text),
 )}
