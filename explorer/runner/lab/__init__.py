@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from explorer.runner.lab.batching import run_batching
 from explorer.runner.lab.chunked import run_chunked
+from explorer.runner.lab.evict import run_evict
 from explorer.runner.lab.prefix import run_prefix
 from explorer.runner.lab.quant import run_quant
 from explorer.runner.lab.speculative import run_speculative
@@ -19,4 +20,5 @@ RUNNERS = {
     "speculative": run_speculative,
     "tiles": run_tiles,
     "quant": run_quant,
+    "evict": run_evict,
 }
