@@ -17,12 +17,13 @@ import plotly.graph_objects as go
 
 from explorer.figures.lab.batching import fig_batching
 from explorer.figures.lab.chunked import fig_chunked
+from explorer.figures.lab.evict import fig_evict
 from explorer.figures.lab.kvquant import fig_kvquant
 from explorer.figures.lab.prefix import fig_prefix
 from explorer.figures.lab.quant import fig_quant
 from explorer.figures.lab.speculative import fig_speculative
 from explorer.figures.lab.tiles import fig_tiles
-from explorer.lab import batching, chunked, kvquant, prefix, quant, speculative, tiles
+from explorer.lab import batching, chunked, evict, kvquant, prefix, quant, speculative, tiles
 from explorer.lab.params import LabParam
 
 
@@ -121,4 +122,15 @@ LAB = {experiment.name: experiment for experiment in (
          LabParam("text_tokens", "Text tokens scored", 256, 2, 2048, hosted_maximum=384,
                   help="the shipped text's first tokens, for KL and perplexity")),
         fig_kvquant, kvquant.lesson_text),
+    Experiment(
+        "evict", "KV eviction and attention sinks",
+        "The shipped text decoded one token at a time with a KV cache of at most W positions: the most recent W, "
+        "the first S (attention sinks) and the most recent, or H2O's heavy hitters and the most recent: each "
+        "rule's perplexity and top-1 agreement against the full cache, its bytes, and the positions it keeps.",
+        (LabParam("window", "Window W (positions the cache keeps)", 32, 1, 2048, hosted_maximum=256,
+                  help="the most positions the cache holds; fewer than the text's tokens"),
+         LabParam("sinks", "Sinks S (first tokens kept)", 4, 0, 2047, help="the first positions 'sinks' keeps, below W"),
+         LabParam("text_tokens", "Text tokens decoded", 96, 2, 2048, hosted_maximum=256,
+                  help="the shipped text's first tokens, fed one at a time")),
+        fig_evict, evict.lesson_text),
 )}

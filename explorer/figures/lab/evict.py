@@ -1,0 +1,54 @@
+"""KV eviction's figure: each rule's running perplexity along the text with W marked, and, beneath, the
+positions each rule's cache holds at the last step."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from explorer.figures.lab.frame import lab_frame
+from explorer.figures.theme import subplot_grid
+from explorer.lab.evict import FULL, EvictResult, running_perplexity
+
+COLOURS = {FULL: "#000000", "window": "#D55E00", "sinks": "#0072B2", "h2o": "#009E73"}
+
+
+def fig_evict(result: EvictResult) -> go.Figure:
+    """Top: the running perplexity exp(mean NLL of predictions 1..k) against position k, one line per cache
+    (measured), a dashed line at W. Bottom: a strip per rule, a mark at each position its cache holds after
+    the last step (measured); the sinks' first S shaded. Title: the perplexity past W with and without sinks.
+
+    Returns:
+        A figure with `layout.meta == {"view": "lab-evict", "step": None}`.
+    """
+    r, w = result, result.window
+    titles = ["running perplexity of the text (measured; log scale)",
+              "positions the cache holds after the last step (measured)"]
+    layout, axes = subplot_grid(titles, rows=2, cols=1, row_heights=[0.68, 0.32], vertical_spacing=0.16,
+                                shared_xaxes=True)
+    layout["yaxis"].update(type="log", title={"text": "perplexity"})
+    layout["xaxis2"].update(title={"text": "position in the text (tokens)"}, range=[-1, r.text_tokens])
+    rules = [run.name for run in r.runs[1:]]
+    layout["yaxis2"].update(categoryorder="array", categoryarray=rules[::-1], autorange=True)
+    fig = go.Figure(layout=layout)
+    for run in r.runs:
+        fig.add_trace(go.Scatter(x=np.arange(1, len(run.nll) + 1), y=running_perplexity(np.array(run.nll)),
+                                 mode="lines", name=f"{run.name}: {run.perplexity(w):.2f} past W",
+                                 line={"color": COLOURS[run.name], "width": 2.5 if run.name == FULL else 2},
+                                 hovertemplate="position %{x}<br>perplexity %{y:.2f}", **axes[(1, 1)]))
+        if run.name != FULL:
+            fig.add_trace(go.Scatter(x=list(run.kept), y=[run.name] * len(run.kept), mode="markers",
+                                     marker={"symbol": "line-ns-open", "size": 14, "color": COLOURS[run.name]},
+                                     showlegend=False, hovertemplate="position %{x}", **axes[(2, 1)]))
+    for row in (1, 2):
+        fig.add_vline(x=w, line={"dash": "dash", "color": "#555555", "width": 1}, row=row, col=1)
+    fig.add_annotation(x=w, y=1, yref="y domain", text=f" W = {w}: eviction starts", showarrow=False,
+                       xanchor="left", yanchor="top", font={"size": 12})
+    if r.sinks:
+        fig.add_vrect(x0=-0.5, x1=r.sinks - 0.5, fillcolor="#0072B2", opacity=0.12, line_width=0, row=2, col=1)
+    window, sinks = r.run("window"), r.run("sinks")
+    title = (f"KV eviction, cache of W = {w} of {r.text_tokens} positions ({r.bytes_per_position * w / 1e6:.2f} "
+             f"MB, computed): past W, perplexity {window.perplexity(w):.2f} with the recent {w} alone, "
+             f"{sinks.perplexity(w):.2f} with the first {r.sinks} kept as sinks, {r.run(FULL).perplexity(w):.2f} "
+             "with the full cache (measured)")
+    return lab_frame(fig, "evict", title, 520, legend=True, left=80, right=20, bottom=50)
