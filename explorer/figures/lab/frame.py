@@ -28,8 +28,8 @@ def lab_frame(fig: go.Figure, name: str, title: str, height: int, *, legend: boo
     """Style `fig` as the lab's experiment `name`, in place, and return it.
 
     Args:
-        title: the title, wrapped into lines of `TITLE_CHARS` after its punctuation (";", ",", ":")
-            and at its "<br>"s.
+        title: the title, wrapped into lines of `TITLE_CHARS` after its punctuation (";", ",", ":"),
+            between words where a piece is longer than a line, and at its "<br>"s.
         height: the figure's height in pixels, the bands at the top included.
         legend: a horizontal legend in a band under the title.
         subplot_title_lines: lines of the tallest subplot title (0: none), in a band above the plots.
@@ -39,6 +39,8 @@ def lab_frame(fig: go.Figure, name: str, title: str, height: int, *, legend: boo
         `fig`, with `layout.meta == {"view": "lab-<name>", "step": None}`.
     """
     segments = [piece for part in title.split("<br>") for piece in re.split(r"(?<=[;,:]) ", part)]
+    # a piece longer than a line breaks between its words
+    segments = [word for piece in segments for word in ([piece] if len(piece) <= TITLE_CHARS else piece.split(" "))]
     lines = wrapped(segments, TITLE_CHARS)
     title_px = TITLE_TOP_PX + TITLE_LINE_PX * len(lines) + 4
     top = title_px + (LEGEND_PX if legend else 0) + SUBPLOT_TITLE_LINE_PX * subplot_title_lines + 10
