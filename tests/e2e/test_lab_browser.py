@@ -5,6 +5,8 @@ screenshot of each is kept (artifacts/e2e)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytest.importorskip("playwright")
@@ -12,6 +14,7 @@ from playwright.sync_api import expect  # noqa: E402
 
 from explorer.lab.table import LAB  # noqa: E402
 
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"  # open_app makes it
 TIMEOUT_MS = 180_000  # a lab run holds the model: seconds to a minute on a busy 2-core CPU
 LAB_FIGURE = """() => {
   const e = document.querySelector('#lab-plot .js-plotly-plot');
@@ -24,8 +27,6 @@ LAB_FIGURE = """() => {
 @pytest.mark.real_model
 @pytest.mark.parametrize("name", list(LAB))
 def test_an_experiment_draws_its_figure_on_screen_with_its_lesson_beside_it(open_app, name):
-    from conftest import ARTIFACTS
-
     page = open_app(1280, 720)
     page.locator("#prompt-box textarea").fill("Explain what a KV cache holds.")
     page.locator("#prefill-btn").click()
