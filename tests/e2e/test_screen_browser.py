@@ -129,8 +129,9 @@ def test_every_view_is_on_screen_with_the_prompt_and_the_buttons_after_prefill(o
     for index in range(tabs.count()):
         tab = tabs.nth(index)
         tab.click()
-        # the experiment's tab shows its figure (empty until the experiment runs), drawn for no step
-        figure = shown_view(page, "equivalence") if "identical" in tab.inner_text() else shown_figure(page, 0)
+        # the experiments' tabs show their figure (empty until an experiment runs), drawn for no step
+        experiment = {"Equivalent ≠ identical": "equivalence", "Lab": "lab"}.get(tab.inner_text().strip())
+        figure = shown_view(page, experiment) if experiment else shown_figure(page, 0)
         measured.append(figure)
         (ARTIFACTS / f"screen-{screen}.json").write_text(json.dumps(measured, indent=1))
         assert figure["scrollY"] == 0
