@@ -17,6 +17,7 @@ import traceback
 from typing import TYPE_CHECKING
 
 from explorer.analysis.precision import DTYPE_CHOICES
+from explorer.ui.hosting import PER_ADDRESS_VARIABLE, SESSIONS_VARIABLE
 
 if TYPE_CHECKING:
     from explorer.runner.loading import LoadedModel
@@ -55,6 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(on by itself where $SPACE_ID is set, as on Hugging Face Spaces)")
     parser.add_argument("--max-prompt-tokens", type=int, help="longest prompt the app accepts (default 2048; "
                         "hosted 512)")
+    parser.add_argument("--max-sessions", type=int, default=os.environ.get(SESSIONS_VARIABLE),
+                        help=f"live sessions the app holds at once, one per open page (default ${SESSIONS_VARIABLE}, "
+                             "else 64; hosted 20): raise it for a class (20 sessions of 512 tokens hold under 2 GB)")
+    parser.add_argument("--max-sessions-per-address", type=int, default=os.environ.get(PER_ADDRESS_VARIABLE),
+                        help=f"live sessions one network address may hold (default ${PER_ADDRESS_VARIABLE}, else no "
+                             "cap; hosted 40): a class behind one school network shares one address")
 
 
 def _port(text: str) -> int:
@@ -96,6 +103,10 @@ def serve(args: argparse.Namespace) -> None:
     limits = limits_for(args.hosted)
     if args.max_prompt_tokens is not None:
         limits = dataclasses.replace(limits, max_prompt_tokens=args.max_prompt_tokens)
+    try:
+        limits = limits.with_room(args.max_sessions, args.max_sessions_per_address)
+    except ExplorerError as exc:
+        sys.exit(f"error: {exc}")
     pending = PendingModel(ModelFacts.expected(args.model, args.config), functools.partial(load_start_model, args))
     try:
         demo = build_demo(pending, device=args.device, limits=limits)

@@ -29,19 +29,21 @@ from explorer.ui.export import remove_leftovers, size_text
 from explorer.ui.handlers import (
     ServedHandlers,
 )
-from explorer.ui.hosting import LEASE_RENEWALS, LOCAL, EventGate, Limits, Served, queued_events
+from explorer.ui.hosting import LOCAL, EventGate, Limits, Served, queued_events
 from explorer.ui.links import RANGES
+from explorer.ui.live import LEASE_RENEWALS
 from explorer.ui.models import ModelRegistry
 from explorer.ui.startup import LOADING_STATUS, ModelFacts, PendingModel, prompt_label
 from explorer.ui.static import asset_text
-from explorer.ui.wiring import MODEL_QUEUE, named, wire
+from explorer.ui.wiring import MODEL_QUEUE, TURNS_QUEUE, named, wire
 
 if TYPE_CHECKING:
     from explorer.runner.loading import LoadedModel
 
 # Gradio drops a page's state (its Visit) an hour after its last event; the session's memory is freed
-# sooner, when its page closes or its lease runs out (hosting.LiveSessions).
+# sooner, when its page closes or its lease runs out (live.LiveSessions).
 SESSION_TTL_S = 3600
+GRADIO_THREADS = 40  # Gradio's (and Starlette's) default worker threads
 # Gradio deletes the files this app put in its cache (uploads, exports) once an hour old, looking every
 # 10 minutes, and all of them when the app stops: (frequency_s, age_s).
 DELETE_CACHE = (600, SESSION_TTL_S)
@@ -70,12 +72,13 @@ def examples() -> tuple[dict, ...]:
 def launch_options(limits: Limits = LOCAL) -> dict:
     """Keyword arguments for `Blocks.launch`: the stylesheet, the keyboard shortcuts, no SSR (Node
     24+ would be needed), no run history kept in the browser, Gradio's own per-page records
-    bounded (about 0.5 MB each; it keeps 10,000 by default), and uploads capped at
-    `limits.max_upload_bytes` (Gradio stops reading a larger one and deletes what it wrote)."""
+    bounded (about 0.5 MB each; it keeps 10,000 by default), uploads capped at
+    `limits.max_upload_bytes` (Gradio stops reading a larger one and deletes what it wrote), and a
+    worker thread for each live session's run waiting its turn on the model besides Gradio's 40."""
     return {"css": asset_text("app.css"),
             "head": asset_text("shortcuts.js"),
             "ssr_mode": False, "run_history": False, "state_session_capacity": 10 * limits.max_sessions,
-            "max_file_size": limits.max_upload_bytes}
+            "max_file_size": limits.max_upload_bytes, "max_threads": GRADIO_THREADS + limits.max_sessions}
 
 
 def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: Limits = LOCAL) -> gr.Blocks:
@@ -93,7 +96,7 @@ def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: 
     c: dict = {}  # the components by name (the handlers name their inputs), for the wiring below
     with gr.Blocks(title="LLM Inference Explorer", delete_cache=DELETE_CACHE) as demo:
         c["visit"] = gr.State(None, time_to_live=SESSION_TTL_S, delete_callback=app.expiry_callback())
-        # ticks only in an open page: each tick renews the page's session lease (hosting.LiveSessions)
+        # ticks only in an open page: each tick renews the page's session lease (live.LiveSessions)
         c["lease"] = gr.Timer(limits.session_lease_s / LEASE_RENEWALS)
         c["shown"] = gr.State(VIEWS[0])  # the view whose tab is selected: the only one drawn per step
         # What is set once per lecture waits in the sidebar (closed: the figure gets the screen); the
@@ -124,7 +127,7 @@ def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: 
         wire(c, app, demo, loaded if isinstance(loaded, PendingModel) else None)
     demo.queue(max_size=limits.queue_size)
     if limits.max_pending_events is not None:
-        served.events = EventGate(limits.max_pending_events, queued_events(demo, MODEL_QUEUE))
+        served.events = EventGate(limits.max_pending_events, queued_events(demo, (MODEL_QUEUE, TURNS_QUEUE)))
     return demo
 
 

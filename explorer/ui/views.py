@@ -7,6 +7,7 @@ what the view on screen needs, and only that, and draw it (`explorer.figures.vie
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,9 @@ class Visit:
             (`explorer.figures.view_fetch.every_layer_sinks`).
         lab: the lab's latest experiment on this run, (its name, its result), redrawn when presenter
             mode changes; None until one ran.
+        lock: held by whatever reads or changes the visit, a step of a run or a redraw, so one page's
+            events do not interleave (a run's steps run beside the model queue's events:
+            `explorer.ui.handlers.turns`); taken before the model's lock, never after it.
     """
 
     run: Run
@@ -64,6 +68,7 @@ class Visit:
     sink_threshold: float = field(default=DEFAULT_SINK_THRESHOLD, init=False)
     sink_sums: SinkSums = field(default_factory=dict, init=False, repr=False)
     lab: tuple[str, Any] | None = field(default=None, init=False, repr=False)
+    lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False, compare=False)
 
     @classmethod
     def start(cls, session: InferenceSession, limits: Limits) -> Visit:

@@ -23,7 +23,10 @@ from explorer.ui.handlers import (
 from explorer.ui.links import LINK_FIELDS
 from explorer.ui.startup import PendingModel, on_model_ready
 
-MODEL_QUEUE = "model"  # every event that may run the model shares one queue
+MODEL_QUEUE = "model"  # every event that may run the model shares one queue, one event at a time...
+# ...but a run of N tokens, whose steps take turns on the model with every other page's
+# (`explorer.ui.handlers.turns`): runs go side by side, one per live session at most
+TURNS_QUEUE = "turns"
 # The figure of the selected tab, saved by plotly.js in the browser (named after its layout.meta).
 SAVE_SVG_JS = """() => {
   const figure = [...document.querySelectorAll('#views .js-plotly-plot')].find(e => e.offsetParent !== null);
@@ -77,10 +80,11 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
     # The validator runs as the page sends the event, before it is queued (the page's lease, its events' cap).
     model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]],
                  "validator": app.validate_model_event}
+    in_turns = model_run | {"concurrency_id": TURNS_QUEUE, "concurrency_limit": app.served.limits.max_sessions}
     outputs, views, sampling = _step_outputs(c), named(c, VIEW_INPUTS), named(c, SAMPLING_FIELDS)
     run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *sampling, *views],
                              outputs, api_name="run", api_description=API["run"], trigger_mode="always_last",
-                             **model_run)
+                             **in_turns)
     # a new prefill or a reset stops a run of N tokens after the step in flight (the steps taken are kept); a
     # cancel of its own, as an event that waits in the model queue behind the run would cancel nothing
     for button in (c["prefill_btn"], c["reset_yes"]):
@@ -95,7 +99,7 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
     c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *sampling, *views], outputs,
                           api_name="decode", api_description=API["decode"], trigger_mode="multiple", **model_run)
     for button, handler in ((c["branch_btn"], handlers.on_branch_click), (c["latest_btn"], handlers.on_latest_click)):
-        button.click(handler, [c["visit"], *sampling, *views], outputs, api_visibility="private", **model_run)
+        button.click(handler, [c["visit"], *sampling, *views], outputs, api_visibility="private", **in_turns)
     # Reset asks first (nothing runs until it is confirmed); R on the keyboard presses Reset
     c["reset_btn"].click(lambda: gr.update(visible=True), None, c["confirm_reset"], queue=False,
                          api_visibility="private", show_progress="hidden")
@@ -116,7 +120,8 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
     demo.load(app.on_page_load, None, [*link_controls, c["prefill_btn"]], api_visibility="private",
               concurrency_limit=None)  # fast, and every page waits for it
     demo.unload(app.on_page_close)
-    c["lease"].tick(app.on_lease_tick, None, None, queue=False, show_progress="hidden", api_visibility="private")
+    c["lease"].tick(app.on_lease_tick, c["visit"], c["status"], queue=False, show_progress="hidden",
+                    api_visibility="private")
     c["svg_btn"].click(None, js=SAVE_SVG_JS)
     # each export is written, then its download button shows it with the file's name and size
     shown = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}

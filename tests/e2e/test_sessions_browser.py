@@ -75,7 +75,7 @@ def test_twenty_heartbeatless_clients_then_a_browser_visitor_is_served(visitor, 
         clients = [PlainClient(url, f"10.0.0.{i}") for i in range(20)]
         assert all("**prefill**" in status_of(c.call("prefill", {"Prompt": PROMPT})) for c in clients)
         page.locator("#prefill-btn").click()
-        expect(page.get_by_test_id("toast-body").last).to_contain_text("The explorer is serving 20 sessions",
+        expect(page.get_by_test_id("toast-body").last).to_contain_text("The explorer is full: 20 sessions are in",
                                                                        timeout=TIMEOUT_MS)
         clock.now_s += lease_s + 1  # the silent clients' leases run out; the page's next tick frees them
         assert wait_until(lambda: len(served.live) == 0, 10)

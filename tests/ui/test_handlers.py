@@ -173,7 +173,7 @@ def test_sessions_are_capped_and_a_closed_page_frees_its_session(model):
     served = Served.create(ModelRegistry(model), Limits(max_sessions=2))
     first, *_ = prefill(served, page="a")
     prefill(served, page="b")
-    with pytest.raises(gr.Error, match="serving 2 sessions"):
+    with pytest.raises(gr.Error, match="full: 2 sessions are in"):
         prefill(served, page="c")
     again, *_ = prefill(served, page="a")  # a page's new prefill replaces its old session
     assert first.run.steps == () and len(again.run.steps) == 1 and len(served.live) == 2

@@ -51,3 +51,42 @@ def test_help_names_the_commands_with_examples_and_version_gives_the_package(cap
     with pytest.raises(SystemExit):
         cli_main(["--version"])
     assert capsys.readouterr().out == f"llm-inference-explorer {explorer.__version__}\n"
+
+
+class Built(Exception):
+    """Raised by the stand-in `build_demo`: the app's limits were read, nothing was served."""
+
+
+@pytest.mark.parametrize("env, argv, expected", [
+    ({}, ["--hosted"], (20, 40)),
+    ({"EXPLORER_MAX_SESSIONS": "45", "EXPLORER_MAX_SESSIONS_PER_ADDRESS": "35"}, ["--hosted"], (45, 35)),
+    ({"EXPLORER_MAX_SESSIONS": "45"}, ["--hosted", "--max-sessions", "50", "--max-sessions-per-address", "30"],
+     (50, 30)),
+    ({}, ["--max-sessions-per-address", "8"], (64, 8)),
+])
+def test_the_slots_and_the_address_cap_come_from_the_space_variables_or_the_flags(env, argv, expected, monkeypatch):
+    from explorer.ui import layout
+
+    seen = []
+    monkeypatch.setattr(layout, "build_demo", lambda *args, limits, **kwargs: seen.append(limits) or _built())
+    for name in ("EXPLORER_MAX_SESSIONS", "EXPLORER_MAX_SESSIONS_PER_ADDRESS", "SPACE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(Built):
+        launch.main(argv)
+    assert (seen[0].max_sessions, seen[0].max_sessions_per_address) == expected
+
+
+def _built():
+    raise Built
+
+
+@pytest.mark.parametrize("argv, message", [(["--max-sessions", "0"], "error: --max-sessions must be at least 1, not 0."),
+                                           (["--max-sessions-per-address", "-3"],
+                                            "error: --max-sessions-per-address must be at least 1, not -3.")])
+def test_a_slot_count_below_one_is_one_line(argv, message, monkeypatch):
+    monkeypatch.setattr(loading, "load", no_load)
+    with pytest.raises(SystemExit) as exited:
+        launch.main(argv)
+    assert str(exited.value.code) == message

@@ -1,16 +1,18 @@
-"""Live sessions without a server: leases on a fake clock, pages that close mid-step, the per-client cap,
-the per-page event cap, and the prompt's character cap, through `LiveSessions`, `EventGate` and the handlers."""
+"""Live sessions without a server: leases on a fake clock, pages that close mid-step, the caps per address
+and per signed-in user, a full app's message, the per-page event cap, and the prompt's character cap,
+through `LiveSessions`, `EventGate` and the handlers."""
 
 from __future__ import annotations
 
 import gradio as gr
 import pytest
 
-from explorer.errors import PromptError, SessionStateError
+from explorer.errors import ConfigError, PromptError, SessionStateError
 from explorer.runner.prompts import CHARS_PER_TOKEN_MAX, check_prompt_chars
 from explorer.runner.session import InferenceSession
 from explorer.ui import handlers
-from explorer.ui.hosting import CLOSED_PAGES_KEPT, HOSTED, EventGate, Limits, LiveSessions, Served, client_address
+from explorer.ui.hosting import HOSTED, EventGate, Limits, Served
+from explorer.ui.live import CLOSED_PAGES_KEPT, LiveSessions, Visitor, client_address, signed_in_user, visitor_of
 from explorer.ui.models import ModelRegistry
 
 GREEDY = (False, 1.0, 0, 1.0, 0.0, 0, 8)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
@@ -56,7 +58,7 @@ def test_a_session_whose_page_shows_no_sign_of_life_is_freed_after_its_lease():
     quiet, ticking = Visit(), Visit()
     live.admit("quiet", quiet)
     live.admit("ticking", ticking)
-    with pytest.raises(SessionStateError, match="serving 2 sessions"):
+    with pytest.raises(SessionStateError, match="full: 2 sessions are in"):
         live.check_room("third")
     for _ in range(4):  # the open page's timer renews its lease; the other page never does
         clock.now_s += 60
@@ -73,11 +75,11 @@ def test_twenty_clients_that_never_renew_free_every_slot_within_the_lease():
     live = LiveSessions(limit=20, lease_s=180, clock=clock)
     visits = [Visit() for _ in range(20)]
     for i, visit in enumerate(visits):
-        live.admit(f"client-{i}", visit, f"10.0.0.{i}")
-    with pytest.raises(SessionStateError, match="serving 20 sessions, its limit"):
+        live.admit(f"client-{i}", visit, Visitor(f"10.0.0.{i}"))
+    with pytest.raises(SessionStateError, match="full: 20 sessions are in, as many as it holds"):
         live.check_room("visitor")
     clock.now_s += 90
-    with pytest.raises(SessionStateError, match="serving 20 sessions"):
+    with pytest.raises(SessionStateError, match="full: 20 sessions are in"):
         live.check_room("visitor")  # 90 s later the slots are still leased
     clock.now_s += 91
     live.admit("visitor", Visit())
@@ -117,17 +119,74 @@ def test_closed_pages_are_remembered_for_an_hour_and_at_most_a_bounded_number():
     assert len(live._closed_pages) == 0
 
 
-def test_one_address_holds_at_most_its_share_of_sessions():
-    live = LiveSessions(limit=20, per_client=3, clock=Clock())
+def test_a_class_behind_one_address_is_served_up_to_the_address_cap():
+    live = LiveSessions(limit=64, per_address=40, per_user=3, clock=Clock())
+    hall = Visitor("203.0.113.7")
+    for i in range(40):  # forty anonymous pages behind one school address: forty visitors
+        live.admit(f"student-{i}", Visit(), hall)
+    with pytest.raises(SessionStateError, match=r"at most 40 sessions at once.*40 pages from yours.*Press Reset"):
+        live.admit("student-40", Visit(), hall)
+    live.admit("student-0", Visit(), hall)  # a page's new session replaces its own
+    live.admit("elsewhere", Visit(), Visitor("10.0.0.2"))
+    live.release("student-1")
+    live.admit("student-40", Visit(), hall)
+    assert len(live) == 41
+
+
+def test_a_signed_in_user_holds_at_most_their_share_wherever_they_are():
+    live = LiveSessions(limit=64, per_address=40, per_user=3, clock=Clock())
+    for i in range(3):  # three pages, each from another address
+        live.admit(f"tab-{i}", Visit(), Visitor(f"10.0.0.{i}", "ada"))
+    with pytest.raises(SessionStateError, match=r"signed-in visitor may hold at most 3 sessions.*ada holds 3"):
+        live.admit("tab-3", Visit(), Visitor("10.0.0.9", "ada"))
+    live.admit("tab-4", Visit(), Visitor("10.0.0.1", "grace"))  # another user from one of ada's addresses
+    live.admit("tab-5", Visit(), Visitor("10.0.0.1"))  # and an anonymous page
+    assert len(live) == 5
+
+
+def test_a_full_app_says_how_many_are_in_and_when_the_next_slot_frees():
+    clock = Clock()
+    live = LiveSessions(limit=3, lease_s=180, clock=clock)
     for i in range(3):
-        live.admit(f"tab-{i}", Visit(), "10.0.0.1")
-    with pytest.raises(SessionStateError, match=r"one visitor may hold at most 3 sessions at once.*press Reset"):
-        live.admit("tab-3", Visit(), "10.0.0.1")
-    live.admit("tab-0", Visit(), "10.0.0.1")  # a page's new session replaces its own
-    live.admit("elsewhere", Visit(), "10.0.0.2")
-    live.release("tab-1")
-    live.admit("tab-3", Visit(), "10.0.0.1")
-    assert len(live) == 4
+        live.admit(f"tab-{i}", Visit())
+        clock.now_s += 20  # tab-0's lease is the oldest: it runs out 180 - 60 = 120 s from now
+    with pytest.raises(SessionStateError, match=r"full: 3 sessions are in.*3 min after a page goes quiet.*"
+                                                r"frees in 2 min at the latest.*press Prefill again"):
+        live.check_room("new")
+    clock.now_s += 75
+    with pytest.raises(SessionStateError, match=r"frees in 45 s at the latest"):
+        live.check_room("new")
+    clock.now_s += 46
+    live.check_room("new")  # tab-0's lease ran out: its slot is free
+
+
+def test_the_visitor_is_the_signed_in_user_where_there_is_one():
+    class Session(dict):
+        pass
+
+    oauth = type("R", (), {"headers": {"x-forwarded-for": "203.0.113.7"}, "client": None, "username": None,
+                           "session": Session(oauth_info={"userinfo": {"preferred_username": "ada"}})})()
+    assert visitor_of(oauth) == Visitor("203.0.113.7", "ada")
+    auth = type("R", (), {"headers": {}, "client": None, "username": "grace"})()
+    assert signed_in_user(auth) == "grace"
+
+    class NoMiddleware:  # Starlette's request without a session middleware asserts on .session
+        headers, client, username = {}, None, None
+
+        @property
+        def session(self):
+            raise AssertionError("SessionMiddleware must be installed")
+
+    assert visitor_of(NoMiddleware()) == Visitor("", None) == visitor_of(None)
+
+
+def test_the_slots_and_the_address_cap_are_settings():
+    assert HOSTED.max_sessions == 20 and HOSTED.max_sessions_per_address == 40 and HOSTED.queue_size == 40
+    room = HOSTED.with_room(sessions=45, per_address=30)
+    assert (room.max_sessions, room.max_sessions_per_address, room.queue_size) == (45, 30, 90)
+    assert HOSTED.with_room() == HOSTED
+    with pytest.raises(ConfigError, match="--max-sessions-per-address must be at least 1, not 0"):
+        HOSTED.with_room(per_address=0)
 
 
 def test_the_client_address_is_the_proxys_forwarded_address_else_the_peer():
@@ -202,6 +261,10 @@ def test_decode_on_a_session_freed_by_its_lease_says_so(model):
     visit, *_ = prefill(served, "page")
     clock.now_s += served.limits.session_lease_s + 1
     served.live.check_room("other")
-    with pytest.raises(gr.Error, match="This page's session was freed .* Run the prefill again"):
+    with pytest.raises(gr.Error, match="This page's session was freed: .*60 minutes.* Press Prefill to start again"):
         handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    # the page's next timer tick says so on its status line, unasked; an open page's is left as it is
+    assert "Press Prefill to start again" in handlers.ServedHandlers(served).on_lease_tick(Request("page"), visit)
+    live_visit, *_ = prefill(served, "other")
+    assert handlers.ServedHandlers(served).on_lease_tick(Request("other"), live_visit) == gr.skip()
     assert handlers.on_tab_select("journey")(visit, 0, 1, False, "h100-sxm") == ("journey", gr.skip())

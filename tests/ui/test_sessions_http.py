@@ -50,7 +50,7 @@ def test_twenty_heartbeatless_clients_hold_the_slots_only_for_the_lease(model):
         assert all("**prefill**" in status for status in statuses) and len(served.live) == 20
         visitor = PlainClient(url, "10.0.1.1")
         refused = status_of(visitor.call("prefill", PROMPT))
-        assert "The explorer is serving 20 sessions, its limit" in refused
+        assert "The explorer is full: 20 sessions are in, as many as it holds" in refused
         start = time.monotonic()
         served_again = wait_until(lambda: "**prefill**" in status_of(visitor.call("prefill", PROMPT)), 10 * LEASE_S)
         waited_s = time.monotonic() - start
@@ -63,12 +63,12 @@ def test_twenty_heartbeatless_clients_hold_the_slots_only_for_the_lease(model):
             client.close()
 
 
-def test_one_address_holds_at_most_three_sessions(model):
-    with serving(model, HOSTED) as (url, served):
+def test_one_address_holds_at_most_its_cap_of_sessions(model):
+    with serving(model, HOSTED.with_room(per_address=3)) as (url, served):
         tabs = [PlainClient(url, "203.0.113.7") for _ in range(4)]
         statuses = [status_of(tab.call("prefill", PROMPT)) for tab in tabs]
         assert all("**prefill**" in status for status in statuses[:3])
-        assert "one visitor may hold at most 3 sessions at once" in statuses[3]
+        assert "One network address may hold at most 3 sessions at once here" in statuses[3]
         assert "**prefill**" in status_of(PlainClient(url, "203.0.113.8").call("prefill", PROMPT))
         assert tabs[0].call("reset")["success"]
         assert "**prefill**" in status_of(tabs[3].call("prefill", PROMPT))

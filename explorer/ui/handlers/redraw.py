@@ -2,7 +2,9 @@
 machine, what-if, lens statistic, sink threshold or sampling preview.
 
 Attention the session did not keep is recomputed from its queries and KV cache, so the layout puts
-those redraws in the model queue; a what-if or a sampling preview runs no model.
+those redraws in the model queue; a what-if or a sampling preview runs no model. A redraw of the
+model queue holds the visit (`one_at_a_time`): a run's steps, which run beside that queue, do not
+change the run while it is drawn.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from explorer.figures.lens import LENS_STATS
 from explorer.figures.views import VIEWS
 from explorer.ui.handlers.controls import SAMPLING_FIELDS, SamplingControls, ViewControls, scenario_from
 from explorer.ui.handlers.outputs import close_question, shown_view
+from explorer.ui.handlers.turns import one_at_a_time
 from explorer.ui.plain import markdown_text
 from explorer.ui.status import generated_text, status_text, strip_html
 from explorer.ui.toasts import shows_errors, toast_text
@@ -27,6 +30,7 @@ def is_open(visit: Visit | None) -> bool:
 
 
 @shows_errors
+@one_at_a_time
 def on_view_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
                    shown: str, presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
     """Redraw the view on screen for other view controls. Returns one figure or `gr.skip()` per view."""
@@ -38,6 +42,7 @@ def on_view_change(visit: Visit | None, step: int | None, layer: int, average_he
 
 
 @shows_errors
+@one_at_a_time
 def on_step_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
                    shown: str, presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
     """Go to another step: its status line, the token strip and the generated text as they were after
@@ -55,6 +60,7 @@ def on_tab_select(view: str):
     """The handler of a view's tab: remember it as the view on screen and draw it."""
 
     @shows_errors
+    @one_at_a_time
     def select(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
                presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
         if not is_open(visit):
@@ -85,6 +91,7 @@ def on_lens_stat_change(visit: Visit | None, stat: str, step: int | None, presen
 
 
 @shows_errors
+@one_at_a_time
 def on_sink_threshold_change(visit: Visit | None, threshold: float | None, step: int | None, layer: int,
                              average_heads: bool, presenter: bool = False, zoom: str | None = None):
     """Mark as sinks the heads whose first token's importance exceeds another threshold (0..1), kept for

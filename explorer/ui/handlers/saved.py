@@ -15,8 +15,9 @@ from explorer.ui.export import export_label, plan_export, size_text, write_expor
 from explorer.ui.handlers.controls import SamplingControls, ViewControls
 from explorer.ui.handlers.outputs import replay_outputs, restored_controls
 from explorer.ui.handlers.redraw import is_open
-from explorer.ui.hosting import Served, client_address
+from explorer.ui.hosting import Served
 from explorer.ui.links import LINK_FIELDS, query_string
+from explorer.ui.live import visitor_of
 from explorer.ui.toasts import shows_errors
 from explorer.ui.views import Visit, render
 
@@ -28,7 +29,7 @@ def open_saved(served: Served, page: str, request: gr.Request | None, path: str,
     served.registry.pending.wait()  # the views import the runner, which the start-up load imports first
     visit = Visit.replay(*load_run(path), served.limits)
     outputs = replay_outputs(visit, view)
-    served.live.admit(page, visit, client_address(request))
+    served.live.admit(page, visit, visitor_of(request))
     return (*outputs, *restored_controls(visit.run))
 
 

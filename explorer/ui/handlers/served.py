@@ -18,7 +18,7 @@ from explorer.ui.handlers.controls import PROMPT_INPUTS, PromptControls, Samplin
 from explorer.ui.handlers.outputs import RESTORED_INPUTS, STEP_OUTPUTS, empty_outputs
 from explorer.ui.handlers.redraw import is_open
 from explorer.ui.handlers.saved import open_saved
-from explorer.ui.handlers.steps import prefill
+from explorer.ui.handlers.steps import freed_text, prefill
 from explorer.ui.hosting import Served
 from explorer.ui.links import LINK_FIELDS, values_from_query
 from explorer.ui.startup import prompt_label
@@ -140,10 +140,15 @@ class ServedHandlers:
         """Free the session of a page that closed (and refuse one its running step would admit later)."""
         self.served.live.release(page_of(request), page_closed=True)
 
-    def on_lease_tick(self, request: gr.Request | None = None) -> None:
+    def on_lease_tick(self, request: gr.Request | None, visit: Visit | None = None):
         """The page's timer ticked, so the page is open: renew its session's lease (and free the
-        sessions whose lease ran out)."""
+        sessions whose lease ran out). A page whose session was freed meanwhile (it was quiet past its
+        lease: a laptop asleep) says so on its status line, with the click that starts again; any
+        other page's status line is left as it is."""
         self.served.live.renew(page_of(request))
+        if visit is None or visit.open:
+            return gr.skip()
+        return freed_text(visit)
 
     async def validate_model_event(self, request: gr.Request | None, *inputs) -> list[dict]:
         """Gradio's validator of a model event, run as the page sends it, before it is queued: the page
