@@ -1,8 +1,9 @@
 """A class on the hosted app with the embedded model: N sessions at once, each running 8 decode steps
 (Run N tokens), against one session alone (prints; never asserts).
 
-The app is served in hosted mode on a loopback port with room for the class (`--max-sessions 64`).
-Each session is a gradio_client `Client` in a thread of its own (as each student's page is): all run
+The app is served as its own process (`app.py --hosted --max-sessions 64`, the embedded model), on a
+loopback port, so the clients do not share its interpreter. Each session is a gradio_client
+`Client` in a thread of its own here (as each student's page is), from its own address: all run
 their prefill, then, at one signal, all press Run 8 tokens. A step's latency is the time from the
 previous step's output (or the click) to its own output reaching the client, so it includes waiting
 for the other sessions' steps in the model's line, the step itself, its figure and the transfer.
@@ -18,26 +19,36 @@ import argparse
 import os
 import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
-
-os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from pathlib import Path
 
 from gradio_client import Client
 
-from explorer.runner.loading import load_model
-from explorer.ui.hosting import HOSTED
-from explorer.ui.layout import build_demo, launch_options
-
+ROOT = Path(__file__).resolve().parents[1]
+READY = "Model loaded:"  # explorer.ui.launch.READY, on the app's stderr once the model is loaded
 PROMPT = "Explain in two sentences why the sky is blue."
-LIMITS = HOSTED.with_room(sessions=64)  # room for the classes run one after another
+SLOTS = 64  # room for the classes run one after another
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def serve(port: int) -> subprocess.Popen:
+    """The app in hosted mode on `port`, as its own process, once its model is loaded."""
+    env = os.environ | {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--hosted", "--max-sessions", str(SLOTS),
+                                "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if line.startswith(READY):
+            threading.Thread(target=process.stderr.read, daemon=True).start()  # keep its pipe drained
+            return process
+    raise SystemExit(f"the app exited before loading its model ({process.wait()})")
 
 
 def student(url: str, address: str, steps: int, go: threading.Event, ready: threading.Barrier,
@@ -78,12 +89,10 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 10, 30])
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args()
-    demo = build_demo(load_model(), limits=LIMITS)
     port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                **launch_options(LIMITS))
+    server = serve(port)
     url = f"http://127.0.0.1:{port}/"
-    print(f"embedded model, hosted mode with {LIMITS.max_sessions} slots; {args.steps} decode steps per session "
+    print(f"embedded model, hosted mode with {SLOTS} slots; {args.steps} decode steps per session "
           f"(Run {args.steps} tokens), all sessions at once; {os.cpu_count()} CPU cores")
     print(f"{'sessions':>8} {'steps':>6} {'p50 step s':>11} {'p95 step s':>11} {'tokens/s':>9} "
           f"{'p50 vs alone':>13} {'tokens/s vs alone':>18}")
@@ -95,7 +104,7 @@ def main() -> None:
         alone = alone or (p50, rate)
         print(f"{sessions:>8} {len(latencies_s):>6} {p50:>11.3f} {p95:>11.3f} {rate:>9.2f} "
               f"{p50 / alone[0]:>12.1f}x {rate / alone[1]:>17.2f}x")
-    demo.close()
+    server.terminate()
 
 
 if __name__ == "__main__":

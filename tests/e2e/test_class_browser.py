@@ -2,6 +2,8 @@
 one school address each press Prefill and get their figure; a thirty-first page from that address is
 refused with a message naming the address cap; a gradio_client script opening sessions in a loop from
 another address gets the address cap and no more, and the thirty pages are still served after it.
+A page whose Next token waits behind another page's run says on its status line how many steps are
+ahead of it, and is served within the run.
 
 Every page is a browser context of its own (as each student's browser is), all sending the school's
 address in `x-forwarded-for`, as a Space's proxy does. The app runs with 64 slots and an address cap
@@ -9,6 +11,9 @@ of 30 (`--max-sessions 64 --max-sessions-per-address 30`).
 """
 
 from __future__ import annotations
+
+import time
+from pathlib import Path
 
 import pytest
 from served_app import serving
@@ -21,6 +26,8 @@ SCHOOL, SCRIPT = "203.0.113.7", "198.51.100.9"
 LIMITS = HOSTED.with_room(sessions=64, per_address=CLASS)
 TIMEOUT_MS = 120_000  # thirty prefills and figures in one queue, on two busy cores
 PROMPT = "Hi there!"
+SLOW_STEP_S = 1.0
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +77,32 @@ def test_a_class_of_thirty_behind_one_address_is_served_and_a_script_cannot_shut
             expect(page.locator("#status")).to_contain_text("step 1:", timeout=TIMEOUT_MS)
         for client in clients:
             client.close()
+
+
+def test_a_page_waiting_behind_another_pages_run_says_how_many_steps_are_ahead(new_page, model, monkeypatch):
+    from playwright.sync_api import expect
+
+    from explorer.runner.session import InferenceSession
+
+    decode_step = InferenceSession.decode_step
+
+    def slow_decode_step(self, *args, **kwargs):
+        time.sleep(SLOW_STEP_S)  # kept: the point, a step long enough for the other page to be seen waiting
+        return decode_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(InferenceSession, "decode_step", slow_decode_step)
+    with serving(model, LIMITS) as (url, served):
+        runner, waiter = (new_page(url, 1280, 720, TIMEOUT_MS, extra_http_headers={"x-forwarded-for": SCHOOL})
+                          for _ in range(2))
+        for page in (runner, waiter):
+            page.locator("#prompt-box textarea").fill(PROMPT)
+            page.locator("#prefill-btn").click()
+            expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
+        runner.locator("#run-btn").click()
+        expect(runner.locator("#status")).to_contain_text("step 1:", timeout=TIMEOUT_MS)
+        waiter.locator("#decode-btn").click()
+        expect(waiter.locator("#status")).to_contain_text("1 step ahead of yours", timeout=TIMEOUT_MS)
+        waiter.screenshot(path=str(ARTIFACTS / "class-waiting.png"))
+        expect(waiter.locator("#status")).to_contain_text("step 1:", timeout=TIMEOUT_MS)
+        runs = sorted(len(held.visit.run.steps) - 1 for held in served.live._visits.values())
+        assert runs[0] == 1 and runs[1] < 8  # the waiter's step was served within the run of 8, not after it

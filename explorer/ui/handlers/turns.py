@@ -31,7 +31,7 @@ def shown_waits(progress: gr.Progress | None) -> Callable[[int], None] | None:
     """The `on_wait` of a model turn: the number of steps ahead, on the page's progress line."""
     if progress is None:
         return None
-    return lambda ahead: progress(0.0, desc=waiting_text(ahead))
+    return lambda ahead: progress(0.0, desc=waiting_text(ahead))  # Gradio shows a description only with a bar
 
 
 def in_turns(visit: Visit, steps: Iterator[T], count: int, progress: gr.Progress | None) -> Iterator[T]:
