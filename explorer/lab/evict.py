@@ -18,10 +18,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from explorer.figures.theme import si_text
-from explorer.lab.fidelity import TEXT_SOURCE, log_softmax
+from explorer.lab.fidelity import log_softmax
 
 POLICIES = ("window", "sinks", "h2o")
 FULL = "full cache"
+# The run's own prompt is decoded instead of the shipped text when it holds this many tokens past W
+# (a long prompt, pasted in the app or given to the CLI), so eviction is measured on the user's text.
+PROMPT_PAST_WINDOW = 16
+OWN_PROMPT = "your prompt"
+
+
+def decodes_prompt(prompt_tokens: int, window: int) -> bool:
+    """Whether a prompt of `prompt_tokens` tokens is long enough to be decoded in place of the shipped text."""
+    return prompt_tokens >= window + PROMPT_PAST_WINDOW
 
 
 def kept_indices(policy: str, positions: np.ndarray, window: int, sinks: int,
@@ -112,19 +121,42 @@ class PolicyRun:
 
 
 @dataclass(frozen=True)
-class EvictResult:
-    """The shipped text decoded with the full cache and with each eviction rule.
+class SinkMeasures:
+    """How much the text's first tokens draw attention with the full cache (eager attention, measured),
+    by the attention view's own measure (`explorer.analysis.sinks`).
 
     Attributes:
-        text_tokens: T, the shipped text's tokens decoded.
+        tokens: the text's first tokens the attention was measured over.
+        head_share: the share (0..1) of (layer, head) pairs whose first-token importance (mean weight on
+            key 0 over the queries) exceeds `threshold`: the heads the attention view marks as sinks.
+        threshold: the attention view's sink threshold (Gu et al. 2025's 0.3).
+        first_share: the mean weight (0..1) the queries past the first S put on the first S keys,
+            over layers and heads.
+    """
+
+    tokens: int
+    head_share: float
+    threshold: float
+    first_share: float
+
+
+@dataclass(frozen=True)
+class EvictResult:
+    """A text (the shipped one, or a long prompt) decoded with the full cache and with each eviction rule.
+
+    Attributes:
+        source: what was decoded: `OWN_PROMPT` or the shipped text's name (`explorer.lab.fidelity.TEXT_SOURCE`).
+        text_tokens: T, the text's tokens decoded.
         window, sinks, heavy: W, S and H (the heavy hitters "h2o" keeps, W // 2).
         prefill_tokens: the text's first tokens prefilled in one pass before the one-at-a-time decode.
         bytes_per_position: 2·L·h_kv·d_h·bytes of a cached position (computed).
         runs: the full cache first, then each rule (`PolicyRun`).
         first_text: the text of the first S tokens (the sinks).
+        sink_measures: the attention the first tokens draw with the full cache (`SinkMeasures`).
         device, dtype: where and how it ran.
     """
 
+    source: str
     text_tokens: int
     window: int
     sinks: int
@@ -133,6 +165,7 @@ class EvictResult:
     bytes_per_position: int
     runs: tuple[PolicyRun, ...]
     first_text: str
+    sink_measures: SinkMeasures
     device: str
     dtype: str
 
@@ -142,7 +175,7 @@ class EvictResult:
     def lines(self) -> list[str]:
         """The CLI's table: the whole text, and its predictions once past W (where the rules differ)."""
         w = self.window
-        rows = [f"text: {self.text_tokens} tokens of {TEXT_SOURCE}, {self.prefill_tokens} prefilled then one "
+        rows = [f"text: {self.text_tokens} tokens of {self.source}, {self.prefill_tokens} prefilled then one "
                 f"a step; W = {w}, S = {self.sinks}, H = {self.heavy} ({self.device}, {self.dtype}); positions "
                 "as in the original text",
                 f"{'cache':<11} {'ppl':>7} {'ppl >= W':>9} {'top-1':>6} {'top-1 >= W':>10} {'held':>5} {'bytes':>9}",
@@ -151,7 +184,14 @@ class EvictResult:
             rows.append(f"{run.name:<11} {run.perplexity():>7.2f} {run.perplexity(w):>9.2f} {run.top1():>6.1%} "
                         f"{run.top1(w):>10.1%} {run.held_positions:>5} {si_text(run.cache_bytes, 'B'):>9}")
         rows += [f"{run.name:<11} keeps at the last step: {_spans(run.kept)}" for run in self.runs[1:]]
-        return rows
+        return [*rows, self.sink_line()]
+
+    def sink_line(self) -> str:
+        """The first tokens' attention with the full cache, in the attention view's terms (measured)."""
+        m = self.sink_measures
+        return (f"attention sinks over the first {m.tokens} tokens (full cache, eager attention, measured): the first "
+                f"token is a sink (importance > {m.threshold:g}) in {m.head_share:.0%} of the (layer, head) pairs; "
+                f"the first {self.sinks} tokens draw {m.first_share:.0%} of the later queries' attention")
 
 
 def _spans(positions: tuple[int, ...]) -> str:
@@ -170,7 +210,7 @@ def lesson_text(result: EvictResult) -> str:
     r, w = result, result.window
     full, window, sinks = r.run(FULL), r.run("window"), r.run("sinks")
     parts = [
-        f"**KV eviction.** The shipped text ({r.text_tokens} tokens) was decoded one token at a time, its next "
+        f"**KV eviction.** {_source_text(r)} was decoded one token at a time, its next "
         f"token forced, with a KV cache that holds at most W = {w} positions ({si_text(window.cache_bytes, 'B')} "
         f"against the full cache's {si_text(full.cache_bytes, 'B')}, computed as positions x 2·L·h_kv·d_h·bytes). "
         f"Each kept key keeps the rotary position it was cached with, and each new token its position in the "
@@ -179,7 +219,9 @@ def lesson_text(result: EvictResult) -> str:
         f"Keeping only the {w} most recent positions: **{window.perplexity(w):.2f}**, the full cache's greedy "
         f"token at {window.top1(w):.1%} of those positions. Keeping also the first {r.sinks} tokens "
         f"({r.first_text!r}) in place of {r.sinks} recent ones: **{sinks.perplexity(w):.2f}** and "
-        f"{sinks.top1(w):.1%} (measured). " + _sink_verdict(window.perplexity(w), sinks.perplexity(w), r.sinks)]
+        f"{sinks.top1(w):.1%} (measured). " + _sink_verdict(window.perplexity(w), sinks.perplexity(w), r.sinks),
+        f"Why: with the full cache, {r.sink_line().split(': ', 1)[1]}, the heads the attention view marks as "
+        "sinks."]
     if any(run.name == "h2o" for run in r.runs):
         h2o = r.run("h2o")
         first = sum(position < r.sinks for position in h2o.kept)
@@ -190,6 +232,13 @@ def lesson_text(result: EvictResult) -> str:
     parts.append("Eviction bounds the cache's bytes whatever the length; what it costs is measured here, not "
                  "assumed, and it depends on which positions are kept, not only on how many.")
     return " ".join(parts)
+
+
+def _source_text(result: EvictResult) -> str:
+    if result.source == OWN_PROMPT:
+        return f"Your prompt ({result.text_tokens} tokens)"
+    return (f"The shipped text ({result.text_tokens} tokens of {result.source}; a prompt of at least W + "
+            f"{PROMPT_PAST_WINDOW} tokens is decoded in its place)")
 
 
 def _sink_verdict(without: float, with_sinks: float, sinks: int) -> str:

@@ -1,7 +1,8 @@
 """KV eviction on tiny models: each rule's cache holds exactly the positions it names after every step;
 the evicted decode equals transformers' own full-cache decode with the evicted positions masked out; a
 window as long as the text equals the plain forward; the shared model's logits unchanged bit for bit;
-perplexity and bytes equal independent computations; bad input refused with a message."""
+perplexity and bytes equal independent computations; a long prompt decoded in place of the shipped
+text; the first tokens' attention equal to the eager weights'; bad input refused with a message."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import torch.nn.functional as F
 from tiny_models import tiny_model
 
 from explorer.errors import PromptError, SessionStateError
-from explorer.lab.fidelity import shipped_text
-from explorer.runner.lab.evict import PREFILL_TOKENS, evicted_decode, run_evict
+from explorer.lab.evict import OWN_PROMPT, PROMPT_PAST_WINDOW, lesson_text
+from explorer.lab.fidelity import TEXT_SOURCE, shipped_text
+from explorer.runner.lab.evict import PREFILL_TOKENS, evicted_decode, evicted_decodes, run_evict
 
 PROMPT = "Hello there"
 TEXT_TOKENS = 40
@@ -121,7 +123,6 @@ def test_bad_input_is_refused_with_a_message(llama):
 
 def test_the_figure_table_and_lesson_say_what_was_measured(llama):
     from explorer.figures.lab.evict import fig_evict
-    from explorer.lab.evict import lesson_text
     result = run_evict(llama, [5], window=10, sinks=2, text_tokens=30)
     fig = fig_evict(result)
     assert fig.layout.meta == {"view": "lab-evict", "step": None} and fig.layout.height <= 560
@@ -130,3 +131,46 @@ def test_the_figure_table_and_lesson_say_what_was_measured(llama):
     assert [tuple(trace.x) for trace in strips] == [run.kept for run in result.runs[1:]]
     text = "\n".join(result.lines()) + lesson_text(result)
     assert "positions as in the original text" in text and "first 2 tokens" in text and "H2O" in text
+
+
+def test_a_long_prompt_is_decoded_in_place_of_the_shipped_text(llama):
+    prompt = llama.tokenizer("the quick brown fox jumps over the lazy dog; " * 3, add_special_tokens=False)["input_ids"]
+    assert len(prompt) >= 12 + PROMPT_PAST_WINDOW
+    result = run_evict(llama, prompt, window=12, sinks=3, text_tokens=TEXT_TOKENS)
+    ids = torch.tensor([prompt[:TEXT_TOKENS]])
+    with torch.inference_mode():
+        logits = llama.model(ids).logits[0]
+    assert result.source == OWN_PROMPT and result.text_tokens == TEXT_TOKENS
+    assert result.run("full cache").perplexity() == pytest.approx(
+        math.exp(F.cross_entropy(logits[:-1], ids[0, 1:]).item()), rel=1e-5)
+    short = run_evict(llama, prompt[:12 + PROMPT_PAST_WINDOW - 1], window=12, sinks=3, text_tokens=TEXT_TOKENS)
+    assert short.source == TEXT_SOURCE and "Your prompt" in lesson_text(result) and "shipped text" in lesson_text(short)
+
+
+def test_the_sink_measures_equal_the_eager_attention_weights(llama):
+    result = run_evict(llama, [5], window=12, sinks=3, text_tokens=TEXT_TOKENS)
+    ids = torch.tensor([text_of(llama)])
+    implementation = llama.model.config._attn_implementation
+    llama.model.set_attn_implementation("eager")
+    try:
+        with torch.inference_mode():
+            weights = torch.stack(llama.model(ids, output_attentions=True).attentions)[:, 0].double()  # [L, h, n, n]
+    finally:
+        llama.model.set_attn_implementation(implementation)
+    first_token = weights[..., 0].mean(dim=-1)  # [L, h]: each head's mean weight on key 0 over the queries
+    measures = result.sink_measures
+    assert llama.model.config._attn_implementation == implementation
+    assert measures.tokens == TEXT_TOKENS and measures.threshold == 0.3
+    assert measures.head_share == pytest.approx((first_token > 0.3).double().mean().item())
+    assert measures.first_share == pytest.approx(weights[:, :, 3:, :3].sum(-1).mean().item(), rel=1e-6)
+    assert f"{measures.head_share:.0%} of the (layer, head) pairs" in "\n".join(result.lines())
+
+
+def test_the_rules_decoded_side_by_side_equal_each_rule_alone(llama):
+    ids = text_of(llama)
+    together = evicted_decodes(llama.model, ids, ("window", "sinks", "h2o"), 12, 3)
+    for policy, (logits, kept, lengths) in together.items():
+        alone_logits, alone_kept, alone_lengths = evicted_decode(llama.model, ids, policy, 12, 3)
+        assert np.allclose(logits, alone_logits, atol=1e-5) and lengths == alone_lengths
+        assert [k.tolist() for k in kept] == [k.tolist() for k in alone_kept]
+    assert together["window"][1][-1].tolist() != together["sinks"][1][-1].tolist()  # each row kept its own

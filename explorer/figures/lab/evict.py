@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 
 from explorer.figures.lab.frame import lab_frame
 from explorer.figures.theme import subplot_grid
-from explorer.lab.evict import FULL, EvictResult, running_perplexity
+from explorer.lab.evict import FULL, OWN_PROMPT, EvictResult, running_perplexity
 
 COLOURS = {FULL: "#000000", "window": "#D55E00", "sinks": "#0072B2", "h2o": "#009E73"}
 
@@ -16,14 +16,17 @@ COLOURS = {FULL: "#000000", "window": "#D55E00", "sinks": "#0072B2", "h2o": "#00
 def fig_evict(result: EvictResult) -> go.Figure:
     """Top: the running perplexity exp(mean NLL of predictions 1..k) against position k, one line per cache
     (measured), a dashed line at W. Bottom: a strip per rule, a mark at each position its cache holds after
-    the last step (measured); the sinks' first S shaded. Title: the perplexity past W with and without sinks.
+    the last step (measured); the sinks' first S shaded; above it, how much attention the first tokens
+    draw with the full cache, as the attention view measures sinks. Title: the text decoded, and the
+    perplexity past W with and without sinks.
 
     Returns:
         A figure with `layout.meta == {"view": "lab-evict", "step": None}`.
     """
-    r, w = result, result.window
+    r, w, m = result, result.window, result.sink_measures
     titles = ["running perplexity of the text (measured; log scale)",
-              "positions the cache holds after the last step (measured)"]
+              f"positions the cache holds after the last step (measured)<br>with the full cache, the first token is "
+              f"a sink in {m.head_share:.0%} of heads; the first {r.sinks} draw {m.first_share:.0%} of the attention"]
     layout, axes = subplot_grid(titles, rows=2, cols=1, row_heights=[0.68, 0.32], vertical_spacing=0.16,
                                 shared_xaxes=True)
     layout["yaxis"].update(type="log", title={"text": "perplexity"})
@@ -47,7 +50,8 @@ def fig_evict(result: EvictResult) -> go.Figure:
     if r.sinks:
         fig.add_vrect(x0=-0.5, x1=r.sinks - 0.5, fillcolor="#0072B2", opacity=0.12, line_width=0, row=2, col=1)
     window, sinks = r.run("window"), r.run("sinks")
-    title = (f"KV eviction, cache of W = {w} of {r.text_tokens} positions ({r.bytes_per_position * w / 1e6:.2f} "
+    text = "your prompt" if r.source == OWN_PROMPT else "the shipped text"
+    title = (f"KV eviction over {text}, cache of W = {w} of {r.text_tokens} positions ({r.bytes_per_position * w / 1e6:.2f} "
              f"MB, computed): past W, perplexity {window.perplexity(w):.2f} with the recent {w} alone, "
              f"{sinks.perplexity(w):.2f} with the first {r.sinks} kept as sinks, {r.run(FULL).perplexity(w):.2f} "
              "with the full cache (measured)")

@@ -1,5 +1,5 @@
-"""KV eviction on the loaded model (`explorer.lab.evict`): the shipped text prefilled for its first few
-tokens, then fed one token at a time (teacher-forced) on a `DynamicCache` cut back to W positions after
+"""KV eviction on the loaded model (`explorer.lab.evict`): the shipped text (or a long prompt) prefilled
+for its first few tokens, then fed one token at a time (teacher-forced) on a `DynamicCache` cut back to W positions after
 every step by index selection along its position axis.
 
 Positions: each kept key stays rotated by RoPE at the position it was cached with, and each new token
@@ -16,34 +16,44 @@ import numpy as np
 import torch
 from transformers import DynamicCache
 
+from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD, SinkSummary, first_token_importance
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import PromptError
 from explorer.lab.evict import (
     FULL,
+    OWN_PROMPT,
     POLICIES,
     EvictResult,
     PolicyRun,
+    SinkMeasures,
     bytes_per_position,
+    decodes_prompt,
     kept_indices,
     nll_per_position,
 )
+from explorer.lab.fidelity import TEXT_SOURCE
 from explorer.runner.lab.common import check_runnable, exclusive, forward, new_cache, pieces, text_ids
 from explorer.runner.loaded import LoadedModel
 
 PREFILL_TOKENS = 8  # the text's first tokens prefilled at once (at most W of them)
+SINK_TOKENS = 256  # the text's first tokens whose full attention is measured for the sinks ([L, h, n, n] held)
 
 
 def run_evict(loaded: LoadedModel, prompt_ids: list[int], window: int = 32, sinks: int = 4,
               text_tokens: int = 96) -> EvictResult:
-    """Decode the shipped text with the full cache (one plain forward) and with each rule of `POLICIES`
-    holding W positions; the shared model is only read ("h2o" switches its attention to eager and back).
+    """Decode a text with the full cache (one plain forward) and with each rule of `POLICIES` holding W
+    positions, and measure the attention its first tokens draw; the shared model is only read ("h2o" and
+    the sinks' measure switch its attention to eager and back).
+
+    The text is the prompt where it is long (at least W + `PROMPT_PAST_WINDOW` tokens:
+    `explorer.lab.evict.decodes_prompt`), else the shipped text; its first `text_tokens` tokens.
 
     Args:
         loaded: a model with real weights.
-        prompt_ids: the prompt's token ids (checked, not scored: the experiment scores the shipped text).
+        prompt_ids: the prompt's token ids.
         window: W, the positions the cache keeps.
         sinks: S, the first positions "sinks" keeps, 0 <= S < W.
-        text_tokens: the shipped text's first tokens decoded (at most the model's context); more than W.
+        text_tokens: the text's first tokens decoded (at most the model's context); more than W.
 
     Raises:
         SessionStateError: shape-only mode.
@@ -55,7 +65,8 @@ def run_evict(loaded: LoadedModel, prompt_ids: list[int], window: int = 32, sink
     if not 0 <= sinks < window:
         raise PromptError(f"The sinks S must be 0 to W - 1 = {window - 1} (S = W leaves no recent position), "
                           f"not {sinks}.")
-    text = text_ids(loaded, text_tokens)
+    own = decodes_prompt(len(prompt_ids), window)
+    text = prompt_ids[:text_tokens] if own else text_ids(loaded, text_tokens)
     if len(text) <= window:
         raise PromptError(f"The text's {len(text)} tokens fit in the window W = {window}: nothing would be evicted. "
                           f"Lower W below {len(text)} or score more text tokens.")
@@ -63,78 +74,105 @@ def run_evict(loaded: LoadedModel, prompt_ids: list[int], window: int = 32, sink
         reference = forward(model, text, None).numpy()
         per_position = kv_bytes_per_position(model)
         runs = [_scored(FULL, reference, reference, text, np.arange(len(text)), len(text), per_position)]
-        for policy in POLICIES:
-            logits, kept, lengths = evicted_decode(model, text, policy, window, sinks)
+        for policy, (logits, kept, lengths) in evicted_decodes(model, text, POLICIES, window, sinks).items():
             runs.append(_scored(policy, logits, reference, text, kept[-1], max(lengths), per_position))
+        measures = _with_eager(model, lambda: sink_measures(model, text[:SINK_TOKENS], sinks))
     return EvictResult(
-        text_tokens=len(text), window=window, sinks=sinks, heavy=window // 2,
-        prefill_tokens=min(PREFILL_TOKENS, window), bytes_per_position=per_position, runs=tuple(runs),
-        first_text="".join(pieces(loaded, text[:sinks])), device=str(loaded.device), dtype=loaded.dtype)
+        source=OWN_PROMPT if own else TEXT_SOURCE, text_tokens=len(text), window=window, sinks=sinks,
+        heavy=window // 2, prefill_tokens=min(PREFILL_TOKENS, window), bytes_per_position=per_position,
+        runs=tuple(runs), first_text="".join(pieces(loaded, text[:sinks])), sink_measures=measures,
+        device=str(loaded.device), dtype=loaded.dtype)
+
+
+@torch.inference_mode()
+def sink_measures(model, ids: list[int], sinks: int) -> SinkMeasures:
+    """The attention `ids`' first tokens draw in one forward with the full cache (the model's attention
+    must be eager, which returns its weights): the first-token importance of every (layer, head)
+    (`explorer.analysis.sinks.first_token_importance`, thresholded as the attention view marks sinks),
+    and the mean weight the queries past the first `sinks` put on those keys."""
+    out = model(input_ids=torch.tensor([ids], device=model.device), output_attentions=True)
+    probs = [layer[0].float().cpu().numpy() for layer in out.attentions]  # L x [h, n, n]
+    summary = SinkSummary(np.stack([first_token_importance(p) for p in probs]), DEFAULT_SINK_THRESHOLD)
+    later = [p[:, sinks:, :sinks].sum(axis=-1, dtype=np.float64).mean() for p in probs if p.shape[1] > sinks]
+    return SinkMeasures(tokens=len(ids), head_share=summary.share, threshold=summary.threshold,
+                        first_share=float(np.mean(later)) if later and sinks else 0.0)
 
 
 def evicted_decode(model, ids: list[int], policy: str, window: int,
                    sinks: int) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
+    """One rule's `evicted_decodes`: (logits, kept, lengths)."""
+    return evicted_decodes(model, ids, (policy,), window, sinks)[policy]
+
+
+def evicted_decodes(model, ids: list[int], policies: tuple[str, ...], window: int,
+                    sinks: int) -> dict[str, tuple[np.ndarray, list[np.ndarray], list[int]]]:
     """Prefill `ids`' first min(PREFILL_TOKENS, W) tokens, then feed the rest one at a time, cutting the
     cache back to the positions `kept_indices` names after every pass (without autograd; hold the model's
-    lock, `exclusive`, where others share it).
+    lock, `exclusive`, where others share it). The rules run side by side, one batch row each, so one
+    forward a pass serves them all (each row's cache keeps its own positions; every rule keeps the same
+    count, min(n, W)).
 
     Args:
         ids: T token ids; position t's logits predict ids[t + 1].
-        policy: one of `POLICIES` ("h2o" runs with eager attention, to read the attention weights).
+        policies: rules of `POLICIES` (with "h2o" the model runs eager attention, to read its weights).
 
     Returns:
-        logits: [T, V] float32, one row per position (measured).
-        kept: after each pass, the original positions the cache holds, ascending.
-        lengths: after each pass, the cache's length (`DynamicCache.get_seq_length`).
+        By rule: logits, [T, V] float32, one row per position (measured); kept, after each pass, the
+        original positions the cache holds, ascending; lengths, after each pass, the cache's length
+        (`DynamicCache.get_seq_length`).
     """
-    decode = lambda: _decode(model, ids, policy, window, sinks)  # noqa: E731
-    return _with_eager(model, decode) if policy == "h2o" else decode()
+    decode = lambda: _decode(model, ids, policies, window, sinks)  # noqa: E731
+    return _with_eager(model, decode) if "h2o" in policies else decode()
 
 
 @torch.inference_mode()
-def _decode(model, ids: list[int], policy: str, window: int, sinks: int):
-    cache = new_cache(model)
+def _decode(model, ids: list[int], policies: tuple[str, ...], window: int, sinks: int) -> dict:
+    cache, rows = new_cache(model), len(policies)
     prefill = min(PREFILL_TOKENS, window, len(ids))
     chunks = [(0, ids[:prefill])] + [(t, [ids[t]]) for t in range(prefill, len(ids))]
-    positions, scores = np.zeros(0, dtype=np.int64), np.zeros(0)
-    rows, kept, lengths = [], [], []
+    positions, scores = [np.zeros(0, dtype=np.int64)] * rows, [np.zeros(0)] * rows
+    logits, kept, lengths = ([[] for _ in policies] for _ in range(3))
     for start, chunk in chunks:
-        where = torch.arange(start, start + len(chunk), device=model.device)[None]
-        out = model(input_ids=torch.tensor([chunk], device=model.device), position_ids=where, cache=cache,
-                    use_cache=True, output_attentions=policy == "h2o")
-        rows.append(out.logits[0].float().cpu().numpy())
-        positions = np.concatenate([positions, np.arange(start, start + len(chunk))])
-        scores = np.concatenate([scores, np.zeros(len(chunk))])
-        if policy == "h2o":
-            scores += received_attention(out.attentions)
-        keep = kept_indices(policy, positions, window, sinks, scores)
-        if len(keep) < len(positions):
-            select(cache, keep)
-            positions, scores = positions[keep], scores[keep]
-        kept.append(positions.copy())
-        lengths.append(cache.get_seq_length())
-    return np.concatenate(rows), kept, lengths
+        where = torch.arange(start, start + len(chunk), device=model.device)[None].expand(rows, -1)
+        out = model(input_ids=torch.tensor([chunk] * rows, device=model.device), position_ids=where, cache=cache,
+                    use_cache=True, output_attentions="h2o" in policies)
+        keeps = []
+        for row, policy in enumerate(policies):
+            logits[row].append(out.logits[row].float().cpu().numpy())
+            positions[row] = np.concatenate([positions[row], np.arange(start, start + len(chunk))])
+            scores[row] = np.concatenate([scores[row], np.zeros(len(chunk))])
+            if policy == "h2o":
+                scores[row] = scores[row] + received_attention(out.attentions, row)
+            keeps.append(kept_indices(policy, positions[row], window, sinks, scores[row]))
+            positions[row], scores[row] = positions[row][keeps[row]], scores[row][keeps[row]]
+            kept[row].append(positions[row].copy())
+        if len(keeps[0]) < cache.get_seq_length():
+            select(cache, np.stack(keeps))
+        for row in range(rows):
+            lengths[row].append(cache.get_seq_length())
+    return {policy: (np.concatenate(logits[row]), kept[row], lengths[row]) for row, policy in enumerate(policies)}
 
 
-def received_attention(attentions: tuple[torch.Tensor, ...]) -> np.ndarray:
-    """The attention each key received in one pass, summed over layers, heads and queries.
+def received_attention(attentions: tuple[torch.Tensor, ...], row: int = 0) -> np.ndarray:
+    """The attention each key of batch row `row` received in one pass, summed over layers, heads and queries.
 
     Args:
-        attentions: one [1, h_q, q, n] float tensor a layer (the softmaxed weights).
+        attentions: one [B, h_q, q, n] float tensor a layer (the softmaxed weights).
 
     Returns:
         [n] float64.
     """
-    return sum(layer[0].double().sum(dim=(0, 1)).cpu() for layer in attentions).numpy()
+    return sum(layer[row].double().sum(dim=(0, 1)).cpu() for layer in attentions).numpy()
 
 
 def select(cache: DynamicCache, keep: np.ndarray) -> None:
-    """Keep only the positions `keep` ([n'] indices along the position axis) in every layer's keys and
-    values ([B, h_kv, n, d_h] -> [B, h_kv, n', d_h]), in place."""
+    """Keep only the positions `keep` ([B, n'] indices along the position axis, one row per batch row) in
+    every layer's keys and values ([B, h_kv, n, d_h] -> [B, h_kv, n', d_h]), in place."""
     for layer in cache.layers:
-        index = torch.as_tensor(keep, device=layer.keys.device)
-        layer.keys = layer.keys.index_select(-2, index)
-        layer.values = layer.values.index_select(-2, index)
+        index = torch.as_tensor(keep, device=layer.keys.device)[:, None, :, None]
+        index = index.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
+        layer.keys = layer.keys.gather(-2, index)
+        layer.values = layer.values.gather(-2, index)
 
 
 def kv_bytes_per_position(model) -> int:
