@@ -150,3 +150,9 @@ class Variant:
     bytes_per_element: float
     step_ms: float
     predicted_step_s: float
+
+    def divergence(self, reference: str) -> str:
+        """Where its greedy continuation leaves `reference`'s (e.g. "float32's", "the float cache's"), in words."""
+        if self.diverges_at is None:
+            return f"matches {reference} for all {len(self.tokens)} tokens"
+        return f"leaves {reference} at token {self.diverges_at + 1} of {len(self.tokens)}"

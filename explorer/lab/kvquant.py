@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from explorer.figures.theme import si_text
 from explorer.lab.fidelity import TEXT_SOURCE, Variant
 
+REFERENCE = "the float cache's"  # what a variant's greedy continuation is compared with, in the lesson
+
 # The `kv_format` parameter's codes: 0 runs both.
 FORMATS = {1: "int8", 2: "fp8"}
 FORMAT_NAMES = {"int8": "int8", "fp8": "fp8 e4m3"}
@@ -111,7 +113,7 @@ def lesson_text(result: KVQuantResult) -> str:
             f"size): perplexity **{f.text_perplexity:.2f}** ({f.text_perplexity / base.fidelity.text_perplexity - 1:+.2%})"
             f", mean KL {f.text_kl_mean:.2g} nats from the float cache's next-token distribution, max |Δlogit| "
             f"{f.text_max_abs_diff:.3g}, the same greedy token at **{f.text_top1:.1%}** of the text's positions, and a "
-            f"greedy continuation that {_divergence(v)} (measured). At batch {BOUND_BATCH} with {r.bound_context} "
+            f"greedy continuation that {v.divergence(REFERENCE)} (measured). At batch {BOUND_BATCH} with {r.bound_context} "
             f"positions a sequence, the roofline puts a decode step at {v.predicted_step_s * 1e6:.3g} µs on the "
             f"{r.hardware} against {base.predicted_step_s * 1e6:.3g} µs with the float cache "
             f"(**{base.predicted_step_s / v.predicted_step_s:.2f}x**, estimated: the cache is read every step).")
@@ -122,8 +124,3 @@ def lesson_text(result: KVQuantResult) -> str:
         "appears with many long sequences; the cost is the distance above: accuracy must be measured, not assumed.")
     return " ".join(parts)
 
-
-def _divergence(variant: Variant) -> str:
-    if variant.diverges_at is None:
-        return f"matches the float cache's for all {len(variant.tokens)} tokens"
-    return f"leaves the float cache's at token {variant.diverges_at + 1} of {len(variant.tokens)}"

@@ -19,6 +19,8 @@ import numpy as np
 from explorer.figures.theme import si_text
 from explorer.lab.fidelity import TEXT_SOURCE, Variant
 
+REFERENCE = "float32's"  # what a variant's greedy continuation is compared with, in the lesson
+
 OFFERED_BITS = (8, 4)
 SCALE_BYTES = 2  # each scale stored as fp16, as GPTQ/AWQ checkpoints store theirs
 
@@ -151,7 +153,7 @@ def lesson_text(result: QuantResult) -> str:
             f"**{f.text_perplexity:.2f}** ({f.text_perplexity / base.fidelity.text_perplexity - 1:+.1%}), mean KL "
             f"{f.text_kl_mean:.2g} nats from the float model's next-token distribution, the same greedy token at "
             f"**{f.text_top1:.1%}** of the text's positions, and a greedy continuation that "
-            f"{_divergence(v)} (measured). The roofline puts its decode step at "
+            f"{v.divergence(REFERENCE)} (measured). The roofline puts its decode step at "
             f"{v.predicted_step_s * 1e6:.3g} µs on the {r.hardware} against {base.predicted_step_s * 1e6:.3g} µs "
             f"in float32 (**{base.predicted_step_s / v.predicted_step_s:.1f}x**, estimated: it reads fewer bytes)."
         )
@@ -162,8 +164,3 @@ def lesson_text(result: QuantResult) -> str:
         "The gain is the bytes; the cost is the distance above: accuracy must be measured, not assumed.")
     return " ".join(parts)
 
-
-def _divergence(variant: Variant) -> str:
-    if variant.diverges_at is None:
-        return f"matches float32's for all {len(variant.tokens)} tokens"
-    return f"leaves float32's at token {variant.diverges_at + 1} of {len(variant.tokens)}"
