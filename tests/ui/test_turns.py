@@ -91,3 +91,19 @@ def test_the_status_line_counts_the_steps_ahead_as_they_go(model):
     assert progress.shown in ([waiting_text(2), waiting_text(1)], [waiting_text(2)])
     assert waiting_text(1).endswith("1 step ahead of yours") and waiting_text(3).endswith("3 steps ahead of yours")
     assert len(other.run.steps) == 2 and done == [1, 2]
+
+
+def test_a_redraw_waits_while_a_step_of_the_pages_run_holds_the_visit(model):
+    served = Served.create(ModelRegistry(model), LIMITS)
+    visit, drawn = start(served, "page"), threading.Event()
+
+    def redraw() -> None:
+        handlers.on_view_change(visit, 0, 1, False, "h100-sxm", "journey")
+        drawn.set()
+
+    with visit.lock:  # a step of the page's run, changing the run
+        waiter = threading.Thread(target=redraw)
+        waiter.start()
+        assert not drawn.wait(0.5)  # kept: the point, the redraw does not read the run meanwhile
+    waiter.join(TIMEOUT_S)
+    assert drawn.is_set()

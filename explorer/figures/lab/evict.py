@@ -43,12 +43,15 @@ def fig_evict(result: EvictResult) -> go.Figure:
             fig.add_trace(go.Scatter(x=list(run.kept), y=[run.name] * len(run.kept), mode="markers",
                                      marker={"symbol": "line-ns-open", "size": 14, "color": COLOURS[run.name]},
                                      showlegend=False, hovertemplate="position %{x}", **axes[(2, 1)]))
-    for row in (1, 2):
-        fig.add_vline(x=w, line={"dash": "dash", "color": "#555555", "width": 1}, row=row, col=1)
+    for row in (1, 2):  # the grid is a plain layout (`subplot_grid`): shapes name their axes
+        x, y = axes[(row, 1)]["xaxis"], axes[(row, 1)]["yaxis"]
+        fig.add_shape(type="line", x0=w, x1=w, y0=0, y1=1, xref=x, yref=f"{y} domain",
+                      line={"dash": "dash", "color": "#555555", "width": 1})
     fig.add_annotation(x=w, y=1, yref="y domain", text=f" W = {w}: eviction starts", showarrow=False,
                        xanchor="left", yanchor="top", font={"size": 12})
     if r.sinks:
-        fig.add_vrect(x0=-0.5, x1=r.sinks - 0.5, fillcolor="#0072B2", opacity=0.12, line_width=0, row=2, col=1)
+        fig.add_shape(type="rect", x0=-0.5, x1=r.sinks - 0.5, y0=0, y1=1, xref="x2", yref="y2 domain",
+                      fillcolor="#0072B2", opacity=0.12, line_width=0)
     window, sinks = r.run("window"), r.run("sinks")
     text = "your prompt" if r.source == OWN_PROMPT else "the shipped text"
     title = (f"KV eviction over {text}, cache of W = {w} of {r.text_tokens} positions ({r.bytes_per_position * w / 1e6:.2f} "
