@@ -80,3 +80,20 @@ def test_presenter_mode_redraws_the_latest_experiment_larger(served):
     normal, presenter = handlers.lab_figure(visit, False), handlers.lab_figure(visit, True)
     assert normal.layout.meta == presenter.layout.meta == {"view": "lab-prefix", "step": None}
     assert presenter.layout.font.size > normal.layout.font.size
+
+
+def test_presenter_mode_wraps_the_title_for_its_larger_text_and_moves_the_legend_below_it(served):
+    from explorer.figures.lab.frame import TITLE_CHARS
+    from explorer.figures.theme import PRESENTER_SCALE, TITLE_LINE_PX
+
+    visit = prefilled(served)
+    handlers.on_lab_click(visit, "evict", 12, 3, 40)
+    normal, presenter = handlers.lab_figure(visit, False), handlers.lab_figure(visit, True)
+    before, after = normal.layout.title.text.split("<br>"), presenter.layout.title.text.split("<br>")
+    assert " ".join(after) == " ".join(before)  # the same words, in more lines
+    assert len(after) > len(before) and max(map(len, after)) <= TITLE_CHARS / PRESENTER_SCALE
+    # every band below the title moved down by its added lines, at the presenter's scale
+    added_px = presenter.layout.margin.t - round(normal.layout.margin.t * PRESENTER_SCALE)
+    assert added_px >= round(TITLE_LINE_PX * PRESENTER_SCALE * (len(after) - len(before)))
+    legend_top_px = (1 - presenter.layout.legend.y) * presenter.layout.height
+    assert legend_top_px > TITLE_LINE_PX * PRESENTER_SCALE * len(after)  # the legend starts under the title

@@ -9,6 +9,7 @@ import re
 import plotly.graph_objects as go
 
 from explorer.figures.theme import (
+    PRESENTER_SCALE,
     TITLE_ASCENT_PX,
     TITLE_FONT_SIZE,
     TITLE_LINE_PX,
@@ -38,10 +39,7 @@ def lab_frame(fig: go.Figure, name: str, title: str, height: int, *, legend: boo
     Returns:
         `fig`, with `layout.meta == {"view": "lab-<name>", "step": None}`.
     """
-    segments = [piece for part in title.split("<br>") for piece in re.split(r"(?<=[;,:]) ", part)]
-    # a piece longer than a line breaks between its words
-    segments = [word for piece in segments for word in ([piece] if len(piece) <= TITLE_CHARS else piece.split(" "))]
-    lines = wrapped(segments, TITLE_CHARS)
+    lines = title_lines(title, TITLE_CHARS)
     title_px = TITLE_TOP_PX + TITLE_LINE_PX * len(lines) + 4
     top = title_px + (LEGEND_PX if legend else 0) + SUBPLOT_TITLE_LINE_PX * subplot_title_lines + 10
     base_layout(fig, f"lab-{name}", None, "<br>".join(lines), height=height)
@@ -53,4 +51,33 @@ def lab_frame(fig: go.Figure, name: str, title: str, height: int, *, legend: boo
     if legend:
         set_layout(fig, legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 1 - (title_px + 2) / height,
                                 "yanchor": "top", "yref": "container"})
+    return fig
+
+
+def title_lines(title: str, chars: int) -> list[str]:
+    """`title` in lines of at most `chars` characters: broken after its punctuation (";", ",", ":"),
+    between words where a piece is longer than a line, and at its "<br>"s."""
+    segments = [piece for part in title.split("<br>") for piece in re.split(r"(?<=[;,:]) ", part)]
+    # a piece longer than a line breaks between its words
+    segments = [word for piece in segments for word in ([piece] if len(piece) <= chars else piece.split(" "))]
+    return wrapped(segments, chars)
+
+
+def presenter_frame(fig: go.Figure) -> go.Figure:
+    """A lab figure made ready, in place, for `presenter_style` (text `PRESENTER_SCALE` times larger,
+    every band and margin with it): its title wrapped again into the fewer characters a line then
+    holds, and the bands below the title moved down by the lines and the legend rows that adds
+    (a legend's row holds its names' characters in the plot's width). Returns `fig`."""
+    layout = fig.layout
+    old = layout.title.text.split("<br>")
+    chars = int(TITLE_CHARS / PRESENTER_SCALE)
+    lines = title_lines(" ".join(old), chars)
+    legend_chars = sum(len(trace.name or "") + 6 for trace in fig.data if trace.showlegend is not False and trace.name)
+    extra_rows = -(-legend_chars // chars) - 1 if layout.legend.orientation == "h" and legend_chars else 0
+    added_px = TITLE_LINE_PX * (len(lines) - len(old)) + LEGEND_PX * max(0, extra_rows)
+    height = layout.height + added_px
+    fig.update_layout(height=height, margin={"t": layout.margin.t + added_px},  # merged into what is set
+                      title={"text": "<br>".join(lines), "y": 1 - (TITLE_TOP_PX + TITLE_ASCENT_PX) / height})
+    if layout.legend.orientation == "h":
+        fig.update_layout(legend={"y": 1 - (TITLE_TOP_PX + TITLE_LINE_PX * len(lines) + 6) / height})
     return fig

@@ -8,6 +8,7 @@ import gradio as gr
 
 from explorer.errors import ConfigError, SessionStateError
 from explorer.figures.equivalence import equivalence_figure
+from explorer.figures.lab.frame import presenter_frame
 from explorer.figures.theme import empty_figure, presenter_style
 from explorer.lab.params import read_params
 from explorer.lab.table import LAB, Experiment
@@ -91,4 +92,4 @@ def lab_figure(visit: Visit | None, presenter: bool = False):
         return empty_figure("lab", LAB_EMPTY)
     name, result = visit.lab
     figure = LAB[name].figure(result)
-    return presenter_style(figure) if presenter else figure
+    return presenter_style(presenter_frame(figure)) if presenter else figure
