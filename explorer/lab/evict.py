@@ -102,6 +102,8 @@ class PolicyRun:
         kept: the positions the cache holds after the last step, ascending (measured from the run).
         held_positions: the most positions the cache held at once (measured); its bytes below.
         cache_bytes: held_positions x 2·L·h_kv·d_h·bytes (computed).
+        kept_steps: the positions the cache holds after each pass, the prefill's first (measured; empty
+            for the full cache, which keeps every position).
     """
 
     name: str
@@ -110,6 +112,7 @@ class PolicyRun:
     kept: tuple[int, ...]
     held_positions: int
     cache_bytes: int
+    kept_steps: tuple[tuple[int, ...], ...] = ()
 
     def perplexity(self, start: int = 0) -> float:
         """exp(mean NLL) of the predictions made at positions >= `start` (measured)."""

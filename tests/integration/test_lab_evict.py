@@ -174,3 +174,16 @@ def test_the_rules_decoded_side_by_side_equal_each_rule_alone(llama):
         assert np.allclose(logits, alone_logits, atol=1e-5) and lengths == alone_lengths
         assert [k.tolist() for k in kept] == [k.tolist() for k in alone_kept]
     assert together["window"][1][-1].tolist() != together["sinks"][1][-1].tolist()  # each row kept its own
+
+
+def test_the_slider_shows_what_each_cache_held_after_the_pass_it_names(llama):
+    from explorer.figures.lab.evict import fig_evict
+    ids = text_of(llama, 30)
+    result = run_evict(llama, [5], window=10, sinks=2, text_tokens=30)
+    (slider,) = fig_evict(result).layout.sliders
+    together = evicted_decodes(llama.model, ids, ("window", "sinks", "h2o"), 10, 2)
+    assert slider.active == len(slider.steps) - 1 and slider.steps[-1].label == "29"
+    for step in slider.steps:
+        fed = int(step.label)  # the last position fed: pass fed - 7 (the prefill fed 0..7)
+        for x, policy in zip(step.args[0]["x"], ("window", "sinks", "h2o"), strict=True):
+            assert x == together[policy][1][fed - (PREFILL_TOKENS - 1)].tolist()

@@ -1,5 +1,5 @@
 """KV eviction's figure: each rule's running perplexity along the text with W marked, and, beneath, the
-positions each rule's cache holds at the last step."""
+positions each rule's cache holds after the pass a slider chooses."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from explorer.figures.theme import subplot_grid
 from explorer.lab.evict import FULL, OWN_PROMPT, EvictResult, running_perplexity
 
 COLOURS = {FULL: "#000000", "window": "#D55E00", "sinks": "#0072B2", "h2o": "#009E73"}
+SLIDER_STOPS = 48  # the passes the slider offers at most, evenly spaced, the last always among them
+SLIDER_PX = 70  # the slider's band under the x axis
 
 
 def fig_evict(result: EvictResult) -> go.Figure:
     """Top: the running perplexity exp(mean NLL of predictions 1..k) against position k, one line per cache
     (measured), a dashed line at W. Bottom: a strip per rule, a mark at each position its cache holds after
-    the last step (measured); the sinks' first S shaded; above it, how much attention the first tokens
+    the pass the slider below chooses (the last at first; measured); the sinks' first S shaded; above it, how much attention the first tokens
     draw with the full cache, as the attention view measures sinks. Title: the text decoded, and the
     perplexity past W with and without sinks.
 
@@ -25,7 +27,7 @@ def fig_evict(result: EvictResult) -> go.Figure:
     """
     r, w, m = result, result.window, result.sink_measures
     titles = ["running perplexity of the text (measured; log scale)",
-              f"positions the cache holds after the last step (measured)<br>with the full cache, the first token is "
+              f"positions the cache holds after the pass chosen below (measured)<br>with the full cache, the first token is "
               f"a sink in {m.head_share:.0%} of heads; the first {r.sinks} draw {m.first_share:.0%} of the attention"]
     layout, axes = subplot_grid(titles, rows=2, cols=1, row_heights=[0.68, 0.32], vertical_spacing=0.16,
                                 shared_xaxes=True)
@@ -58,4 +60,19 @@ def fig_evict(result: EvictResult) -> go.Figure:
              f"MB, computed): past W, perplexity {window.perplexity(w):.2f} with the recent {w} alone, "
              f"{sinks.perplexity(w):.2f} with the first {r.sinks} kept as sinks, {r.run(FULL).perplexity(w):.2f} "
              "with the full cache (measured)")
-    return lab_frame(fig, "evict", title, 520, legend=True, left=80, right=20, bottom=50)
+    fig.update_layout(sliders=[_pass_slider(r, [i for i, trace in enumerate(fig.data) if trace.mode == "markers"])])
+    return lab_frame(fig, "evict", title, 490 + SLIDER_PX, legend=True, left=80, right=20, bottom=50 + SLIDER_PX)
+
+
+def _pass_slider(result: EvictResult, strips: list[int]) -> dict:
+    """A slider over the decode's passes (at most `SLIDER_STOPS`, the last one chosen): each stop redraws
+    the rules' strips (traces `strips`) with the positions their caches held after that pass."""
+    rules = result.runs[1:]
+    passes = len(rules[0].kept_steps)
+    count = min(passes, SLIDER_STOPS)
+    stops = sorted({round(i * (passes - 1) / max(1, count - 1)) for i in range(count)})
+    first_fed = result.prefill_tokens - 1  # the last position the prefill fed; each later pass feeds one more
+    steps = [{"method": "restyle", "label": str(first_fed + stop),
+              "args": [{"x": [list(run.kept_steps[stop]) for run in rules]}, strips]} for stop in stops]
+    return {"active": len(steps) - 1, "steps": steps, "pad": {"t": 45}, "len": 1.0, "x": 0, "xanchor": "left",
+            "currentvalue": {"prefix": "after feeding position ", "font": {"size": 12}}, "font": {"size": 11}}

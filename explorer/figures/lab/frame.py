@@ -66,8 +66,9 @@ def title_lines(title: str, chars: int) -> list[str]:
 def presenter_frame(fig: go.Figure) -> go.Figure:
     """A lab figure made ready, in place, for `presenter_style` (text `PRESENTER_SCALE` times larger,
     every band and margin with it): its title wrapped again into the fewer characters a line then
-    holds, and the bands below the title moved down by the lines and the legend rows that adds
-    (a legend's row holds its names' characters in the plot's width). Returns `fig`."""
+    holds, the bands below the title moved down by the lines and the legend rows that adds (a
+    legend's row holds its names' characters in the plot's width), and a slider's text as much
+    larger. Returns `fig`."""
     layout = fig.layout
     old = layout.title.text.split("<br>")
     chars = int(TITLE_CHARS / PRESENTER_SCALE)
@@ -80,4 +81,7 @@ def presenter_frame(fig: go.Figure) -> go.Figure:
                       title={"text": "<br>".join(lines), "y": 1 - (TITLE_TOP_PX + TITLE_ASCENT_PX) / height})
     if layout.legend.orientation == "h":
         fig.update_layout(legend={"y": 1 - (TITLE_TOP_PX + TITLE_LINE_PX * len(lines) + 6) / height})
+    for slider in layout.sliders:  # presenter_style leaves sliders as they are
+        slider.font.size = round(slider.font.size * PRESENTER_SCALE)
+        slider.currentvalue.font.size = round(slider.currentvalue.font.size * PRESENTER_SCALE)
     return fig

@@ -73,9 +73,9 @@ def run_evict(loaded: LoadedModel, prompt_ids: list[int], window: int = 32, sink
     with exclusive(loaded) as model:
         reference = forward(model, text, None).numpy()
         per_position = kv_bytes_per_position(model)
-        runs = [_scored(FULL, reference, reference, text, np.arange(len(text)), len(text), per_position)]
+        runs = [_scored(FULL, reference, reference, text, [], len(text), per_position)]
         for policy, (logits, kept, lengths) in evicted_decodes(model, text, POLICIES, window, sinks).items():
-            runs.append(_scored(policy, logits, reference, text, kept[-1], max(lengths), per_position))
+            runs.append(_scored(policy, logits, reference, text, kept, max(lengths), per_position))
         measures = _with_eager(model, lambda: sink_measures(model, text[:SINK_TOKENS], sinks))
     return EvictResult(
         source=OWN_PROMPT if own else TEXT_SOURCE, text_tokens=len(text), window=window, sinks=sinks,
@@ -191,9 +191,11 @@ def _with_eager(model, run: Callable[[], tuple]) -> tuple:
         model.set_attn_implementation(previous)
 
 
-def _scored(name: str, logits: np.ndarray, reference: np.ndarray, text: list[int], kept: np.ndarray, held: int,
-            per_position: int) -> PolicyRun:
+def _scored(name: str, logits: np.ndarray, reference: np.ndarray, text: list[int], kept: list[np.ndarray],
+            held: int, per_position: int) -> PolicyRun:
+    """A rule's scores; `kept`: its positions after each pass (none for the full cache, which keeps all)."""
     agrees = np.argmax(logits[:-1], axis=-1) == np.argmax(reference[:-1], axis=-1)
+    steps = tuple(tuple(int(p) for p in positions) for positions in kept)
     return PolicyRun(name=name, nll=tuple(float(x) for x in nll_per_position(logits, text)),
-                     agrees=tuple(bool(x) for x in agrees), kept=tuple(int(p) for p in kept),
-                     held_positions=held, cache_bytes=held * per_position)
+                     agrees=tuple(bool(x) for x in agrees), kept=steps[-1] if steps else tuple(range(len(text))),
+                     held_positions=held, cache_bytes=held * per_position, kept_steps=steps)
