@@ -1,5 +1,5 @@
 """The notebook front end, `explorer.Explorer`: a thin layer over the session, the views and the saved
-runs, giving the app's figures; the README's example run on the embedded model."""
+runs, giving the app's figures; the documentation's example (docs/notebook.md) run on the embedded model."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import plotly.graph_objects as go
 import pytest
-from readme_code import readme_python
+from docs_code import doc_python
 from tiny_models import tiny_model
 
 from explorer.config import SamplingSettings
@@ -93,13 +93,13 @@ def test_a_config_alone_gives_the_shape_only_views():
 
 
 @pytest.mark.real_model
-def test_the_readme_example_runs_on_the_embedded_model(embedded_model, embedded_cache_dir, tmp_path, monkeypatch):
+def test_the_documented_example_runs_on_the_embedded_model(embedded_model, embedded_cache_dir, tmp_path, monkeypatch):
     shown = []
     monkeypatch.setattr(go.Figure, "show", lambda figure, *args, **kwargs: shown.append(figure.layout.meta))
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(embedded_cache_dir))  # converted there by `embedded_model`
     monkeypatch.chdir(tmp_path)
     names = {}
-    exec(compile(readme_python("From Python (a notebook)"), "README.md", "exec"), names)  # noqa: S102
+    exec(compile(doc_python("docs/notebook.md"), "docs/notebook.md", "exec"), names)  # noqa: S102
     assert "Paris" in names["ex"].text
     assert [(meta["view"], meta["step"]) for meta in shown] == [("attention", 1), ("kv_cache", 3), ("forward", 0)]
     assert (tmp_path / "attention.html").stat().st_size > 3_000_000 and (tmp_path / "run.json").exists()

@@ -1,5 +1,5 @@
 """The app's API as a `gradio_client` user sees it: exactly the seven intended endpoints, each parameter
-named, every output labelled, every other event private; and the README's example run against it."""
+named, every output labelled, every other event private; and the documentation's example (docs/api.md) run against it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import plotly.io as pio
 import pytest
-from readme_code import readme_python
+from docs_code import doc_python
 from served_app import build_app, serving
 from tiny_models import tiny_model
 
@@ -57,13 +57,13 @@ def test_every_other_event_is_private(model):
     assert {f"/{name}" for name in visible} == set(ENDPOINTS)  # none merely "undocumented" (still callable)
 
 
-def test_the_readme_example_runs_against_the_app(model, tmp_path, monkeypatch):
-    code = readme_python("The app's API (`gradio_client`)")
+def test_the_documented_example_runs_against_the_app(model, tmp_path, monkeypatch):
+    code = doc_python("docs/api.md")
     assert 'Client("http://127.0.0.1:7860/")' in code
     monkeypatch.chdir(tmp_path)
     with serving(model, LOCAL) as (url, served):
         names = {}
-        exec(compile(code.replace("http://127.0.0.1:7860/", url), "README.md", "exec"), names)  # noqa: S102
+        exec(compile(code.replace("http://127.0.0.1:7860/", url), "docs/api.md", "exec"), names)  # noqa: S102
         names["client"].close()
         assert len(served.live) == 0  # /reset freed the session
     figure = names["figure"]
