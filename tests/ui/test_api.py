@@ -1,5 +1,6 @@
 """The app's API as a `gradio_client` user sees it: exactly the seven intended endpoints, each parameter
-named, every output labelled, every other event private; and the documentation's example (docs/api.md) run against it."""
+named, every output labelled, every other event private; and the documentation's example (docs/api.md) run
+against it."""
 
 from __future__ import annotations
 
