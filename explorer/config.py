@@ -100,6 +100,8 @@ def read_json_object(path: Path, what: str) -> dict:
 MIN_TEMPERATURE = 0.01
 MAX_TEMPERATURE = 100.0
 SEED_LIMIT = 2**63  # torch.Generator.manual_seed takes a 64-bit signed value
+# The most sequences one run takes together (`InferenceSession.prefill(batch=...)`).
+MAX_BATCH = 256
 
 
 @dataclass(frozen=True)

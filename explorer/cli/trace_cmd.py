@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from explorer.analysis.precision import DTYPE_CHOICES
-from explorer.config import SamplingSettings
-from explorer.errors import ExplorerError, PromptError
+from explorer.cli.options import MODEL_ENVIRONMENT, HelpFormatter, real, whole
+from explorer.config import MAX_BATCH, MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_LIMIT, SamplingSettings
+from explorer.errors import UsageError
 from explorer.journey import journey_header, journey_rows, shape_text, step_label, timing_note
 from explorer.saved import save_run
 from explorer.trace import StepTrace
@@ -19,17 +20,18 @@ DEFAULT_STEPS = 3
 def register(subparsers) -> None:
     """Add the `trace` command."""
     parser = subparsers.add_parser(
-        "trace", help="trace the prefill and decode steps of one inference",
+        "trace", help="trace the prefill and decode steps of one inference", formatter_class=HelpFormatter,
         description="Run the prefill and a few decode steps, printing one layer's stops with their shapes.",
+        epilog=MODEL_ENVIRONMENT,
     )
     parser.add_argument("prompt", nargs="?", help="the prompt (omit with --prompt-tokens in shape-only mode)")
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="decode steps after the prefill")
-    parser.add_argument("--layer", type=int, default=0, help="which decoder layer's stops and K cache to print")
+    parser.add_argument("--steps", type=whole(1), default=DEFAULT_STEPS, help="decode steps after the prefill")
+    parser.add_argument("--layer", type=whole(0), default=0, help="which decoder layer's stops and K cache to print")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
     source.add_argument("--config", help="shape-only: a preset name or a config.json path (no weights)")
-    parser.add_argument("--prompt-tokens", type=int, help="give the prompt as a token count (shape-only)")
-    parser.add_argument("--batch", type=int, default=1,
+    parser.add_argument("--prompt-tokens", type=whole(1), help="give the prompt as a token count (shape-only)")
+    parser.add_argument("--batch", type=whole(1, MAX_BATCH), default=1,
                         help="B, sequences run together: with --config, B copies of the prompt; with weights, "
                              "the prompt's B lines, one prompt each (at most 8), left-padded")
     parser.add_argument("--lm-head-all", action="store_true",
@@ -40,11 +42,13 @@ def register(subparsers) -> None:
                         help="let a thinking model reason first (Qwen3's chat template: enable_thinking; off by default)")
     parser.add_argument("--sample", action="store_true",
                         help="sample instead of greedy decoding (implied by any sampling setting below)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0, help="0 disables")
-    parser.add_argument("--top-p", type=float, default=1.0, help="1.0 disables")
-    parser.add_argument("--min-p", type=float, default=0.0, help="0.0 disables")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=real(MIN_TEMPERATURE, MAX_TEMPERATURE), default=1.0,
+                        help="divides the logits before sampling")
+    parser.add_argument("--top-k", type=whole(0), default=0, help="0 disables")
+    parser.add_argument("--top-p", type=real(0, 1, low_open=True), default=1.0, help="1.0 disables")
+    parser.add_argument("--min-p", type=real(0, 1), default=0.0, help="0.0 disables")
+    parser.add_argument("--seed", type=whole(0, SEED_LIMIT - 1), default=0,
+                        help="seed of the run's own random generator (the same seed, the same tokens)")
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA, then Apple MPS, then CPU), cpu, cuda, cuda:1, mps")
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
@@ -58,14 +62,15 @@ def run(args: argparse.Namespace) -> int:
     """Load, prefill, decode `args.steps` times, print the journey; returns the exit code.
 
     Raises:
-        ExplorerError: bad input (checked before the model loads where possible) or an unwritable --json.
+        UsageError: options that do not fit one another or the model (checked before the model loads).
+        ExplorerError: the model cannot be loaded or run the prompt, or the --json file cannot be written.
     """
     from explorer.runner.drive import decode_steps
     from explorer.runner.loading import load, resolved_model_config
     from explorer.runner.session import InferenceSession
 
-    settings = _settings(args)
     _check_early(args)
+    settings = _settings(args)
     _check_layer(args.layer, resolved_model_config(model=args.model, config=args.config).num_hidden_layers)
     loaded = load(model=args.model, config=args.config, device=args.device, dtype=args.dtype,
                   progress=lambda message: print(message, file=sys.stderr))
@@ -107,18 +112,18 @@ def _settings(args: argparse.Namespace) -> SamplingSettings:
 
 
 def _check_early(args: argparse.Namespace) -> None:
-    """Refuse what is wrong before the model loads (seconds) rather than after."""
+    """Refuse options that do not fit one another before the model loads (seconds) rather than after.
+
+    Raises:
+        UsageError: no prompt, a --batch without as many prompt lines, or a --json path in no folder.
+    """
     if args.prompt_tokens is None and not (args.prompt or "").strip():
-        raise PromptError("The prompt is empty: give some text (or --prompt-tokens N with --config).")
-    if args.steps < 0:
-        raise ExplorerError("--steps must be 0 or more.")
-    if args.batch < 1:
-        raise ExplorerError("--batch must be 1 or more.")
+        raise UsageError("The prompt is empty: give some text (or --prompt-tokens N with --config).")
     if args.batch > 1 and args.config is None and len(_lines(args.prompt)) != args.batch:
-        raise ExplorerError(f"--batch {args.batch} with real weights takes {args.batch} prompts, one per line of "
+        raise UsageError(f"--batch {args.batch} with real weights takes {args.batch} prompts, one per line of "
                             "the prompt (or use --config for shape-only copies).")
     if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
-        raise ExplorerError(f"Cannot write the trace to {args.json}: give a file path in an existing folder.")
+        raise UsageError(f"Cannot write the trace to {args.json}: give a file path in an existing folder.")
 
 
 def _lines(prompt: str | None) -> list[str]:
@@ -130,10 +135,10 @@ def _check_layer(layer: int, n_layers: int) -> None:
     """Refuse a layer the model lacks, from its config, before the model loads.
 
     Raises:
-        ExplorerError: `layer` outside 0..n_layers - 1.
+        UsageError: `layer` outside 0..n_layers - 1.
     """
     if not 0 <= layer < n_layers:
-        raise ExplorerError(f"--layer must be in 0..{n_layers - 1} for this model ({n_layers} layers).")
+        raise UsageError(f"--layer must be in 0..{n_layers - 1} for this model ({n_layers} layers).")
 
 
 def _write_json(path: Path, session) -> None:

@@ -309,6 +309,9 @@ def _save_atomically(destination: Path, parts: list, finish: Callable[[Path], No
         if destination.exists():  # a damaged or unfinished folder: replace it
             shutil.rmtree(destination)
         os.replace(staging, destination)
+    except BrokenPipeError:  # the output's reader went away (a progress line): the cache is writable
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if destination.is_dir() and damage(destination) is None:  # another process finished it first

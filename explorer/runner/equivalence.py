@@ -18,13 +18,11 @@ from collections.abc import Callable
 import torch
 from transformers import DynamicCache
 
-from explorer.analysis.equivalence import Comparison, EquivalenceResult
+from explorer.analysis.equivalence import DEFAULT_STEPS, MAX_STEPS, Comparison, EquivalenceResult
 from explorer.errors import PromptError, SessionStateError
 from explorer.runner.loaded import LoadedModel
 from explorer.runner.locks import model_lock
 
-DEFAULT_STEPS = 8
-MAX_STEPS = 32
 MAX_PROMPT_TOKENS = 512
 MAX_COPY_BYTES = 4 * 2**30  # the precision variant copies the model: only where the copy is small
 # The other rows of the batch: a short one and one longer than most prompts, so the prompt's row is padded.

@@ -36,7 +36,10 @@ def test_a_run_prints_its_table_and_lesson_and_writes_its_figure(loads_tiny, cap
     assert "**" not in out and path.read_text().count("lab-prefix") >= 1
 
 
-@pytest.mark.parametrize("value,message", [("-1", "must be 0 to 2048, not -1"), ("2.5", "must be a whole number")])
-def test_a_parameter_out_of_range_is_refused_before_the_model_loads(loads_tiny, capsys, value, message):
-    assert main(["lab", "prefix", "Hello", "--prefix", value]) == 2
-    assert message in capsys.readouterr().err and loads_tiny == []
+@pytest.mark.parametrize("value,message", [("-1", "must be 0 to 2048, not -1"),
+                                           ("2.5", "must be a whole number 0 to 2048, not '2.5'")])
+def test_a_parameter_out_of_range_is_refused_by_the_parser_before_the_model_loads(loads_tiny, capsys, value, message):
+    with pytest.raises(SystemExit) as usage_error:
+        main(["lab", "prefix", "Hello", "--prefix", value])
+    assert usage_error.value.code == 2 and loads_tiny == []
+    assert capsys.readouterr().err.splitlines()[-1] == f"llm-explorer lab prefix: error: argument --prefix: {message}"
