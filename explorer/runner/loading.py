@@ -252,16 +252,17 @@ def _check_on_hub(name: str) -> None:
     from huggingface_hub import constants, model_info
     from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
 
-    where = f"'{name}' is not a local folder and not in the Hugging Face cache"
+    where = f"Cannot find '{name}': it is not a local folder and not in the Hugging Face cache"
     if constants.HF_HUB_OFFLINE:
         raise ModelLoadError(f"{where}, and the hub is off here (HF_HUB_OFFLINE=1). {_fetch_advice(name)}")
     try:
         model_info(name, timeout=HUB_CHECK_TIMEOUT_S)
     except RepositoryNotFoundError as exc:
-        raise ModelLoadError(f"{where}, and the Hugging Face hub has no model '{name}' (or it is private and no "
-                             "token here gives access). Check the id, e.g. Qwen/Qwen3-0.6B.") from exc
+        raise ModelLoadError(f"{where}, and the Hugging Face hub has no model of that name (or it is private and "
+                             "no token here gives access). Check the id, e.g. Qwen/Qwen3-0.6B.") from exc
     except HFValidationError as exc:
-        raise ModelLoadError(f"'{name}' is neither a local folder nor a hub id ({first_line(exc)}).") from exc
+        raise ModelLoadError(f"Cannot find '{name}': it is neither a local folder nor a hub id "
+                             f"({first_line(exc)}). Pass a hub id such as Qwen/Qwen3-0.6B.") from exc
     except Exception as exc:  # noqa: BLE001 - whatever the hub's HTTP client raises for a lost connection
         raise ModelLoadError(f"{where}, and the Hugging Face hub could not be reached within "
                              f"{HUB_CHECK_TIMEOUT_S:g} s ({first_line(exc)}). {_fetch_advice(name)}") from exc
