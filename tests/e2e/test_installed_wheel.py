@@ -81,6 +81,8 @@ def test_the_installed_command_serves_the_app_and_runs_a_prefill(tmp_path, embed
         assert "Apache License" in archive.read(f"{dist_info}/licenses/LICENSE").decode()
         metadata = archive.read(f"{dist_info}/METADATA").decode()
         assert {f"explorer/ui/assets/{name}" for name in ASSET_NAMES} <= set(archive.namelist())
+        assert "explorer/py.typed" in archive.namelist()  # type checkers read the package's own hints
+    assert "Classifier: Typing :: Typed" in metadata and "Keywords: llm,inference," in metadata
     long_description = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")["long_description"]
     description = metadata.split("\n\n", 1)[1]  # the long description, after the headers
     assert description.strip() == long_description((ROOT / "README.md").read_text(encoding="utf-8")).strip()
