@@ -1,6 +1,6 @@
 """The app's API as a `gradio_client` user sees it: exactly the seven intended endpoints, each parameter
-named, every output labelled, every other event private; and the documentation's example (docs/api.md) run
-against it."""
+named, described and typed as what it is, every output labelled and a plain value, every other event
+private; and the documentation's example (docs/api.md) run against it."""
 
 from __future__ import annotations
 
@@ -50,6 +50,45 @@ def test_the_api_lists_exactly_the_intended_endpoints_with_named_parameters(mode
         assert len(endpoint["description"]) > 40, name
         # every output is described by its label (Gradio names an unlabelled one "value_<id>")
         assert not [r["label"] for r in endpoint["returns"] if r["label"].startswith("value_")], name
+
+
+# What each parameter is: a whole number where the app takes one, whatever control the page shows it in.
+WHOLE = {"top_k", "seed", "max_new_tokens", "layer", "zoom", "count", "prompt_tokens", "first", "second", "third",
+         "fourth", "step"}
+STEP_RETURNS = ["str", "str", "str", "int", "int", *["dict(type: Literal['altair', 'bokeh', 'plotly', 'matplotlib'], "
+                                                       "plot: str)"] * 7]
+
+
+def test_every_parameter_is_described_and_typed_and_every_step_returns_plain_values(model):
+    from gradio_client import Client
+
+    with serving(model, LOCAL) as (url, _):
+        client = Client(url, verbose=False)
+        try:
+            api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+            prefill = client.predict(prompt="Hello", use_chat_template=False, api_name="/prefill")
+            decode = client.predict(zoom=2, layer=1, top_k=5, api_name="/decode")
+            run = client.predict(count=2, api_name="/run")
+            figure = client.predict(view="kv_cache", zoom=None, api_name="/figure")
+            reset = client.predict(api_name="/reset")
+        finally:
+            client.close()
+    for name, endpoint in api.items():
+        for parameter in endpoint["parameters"]:
+            assert f"`{parameter['parameter_name']}`: " in endpoint["description"], (name, parameter)
+            if parameter["parameter_name"] in WHOLE:
+                assert parameter["python_type"]["type"] in ("int", "None | int"), (name, parameter)
+        assert "Any" not in [r["python_type"]["type"] for r in endpoint["returns"]], name
+    for name in ("/prefill", "/decode", "/run", "/reset"):
+        assert [r["python_type"]["type"] for r in api[name]["returns"]] == STEP_RETURNS, name
+    assert [r["python_type"]["type"] for r in api["/figure"]["returns"]] == ["str"]
+    assert {p["python_type"]["type"] for e in api.values() for p in e["parameters"] if p["parameter_name"] == "zoom"} \
+        == {"int", "None | int"}
+    for outputs, step, layer in ((prefill, 0, 0), (decode, 1, 1), (run, 3, 0), (reset, None, None)):
+        assert not [o for o in outputs if isinstance(o, dict) and "__type__" in o]  # no update of a page's control
+        assert outputs[3:5] == (step, layer)
+    assert pio.from_json(figure).layout.meta == {"view": "kv_cache", "step": 3}
+    assert isinstance(decode[5], dict) and decode[6:] == (None,) * 6  # the forward pass drawn; no other view
 
 
 def test_every_other_event_is_private(model):

@@ -43,10 +43,10 @@ class ServedHandlers:
                          prompt_tokens: float | None = None, use_chat_template: bool = True,
                          system_prompt: str | None = None, enable_thinking: bool = False,
                          batch_lines: bool = False, lm_head_all: bool = False,
-                         do_sample: bool = False, temperature: float = 1.0, top_k: float = 0, top_p: float = 1.0,
-                         min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64, layer: float = 0,
+                         do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                         min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64, layer: int = 0,
                          average_heads: bool = False, hardware: str = "", shown: str = "forward",
-                         presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
+                         presenter: bool = False, zoom: int | None = None, what_if: Scenario | None = None):
         """Start a new run: the prefill of `prompt` on `model` (`explorer.ui.handlers.steps.prefill`).
 
         Args:
