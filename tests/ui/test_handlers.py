@@ -204,6 +204,14 @@ def test_an_unknown_model_is_an_error_message(served):
         prefill(served, custom="no-such-org/no-such-model")
 
 
+@pytest.mark.parametrize("box, start", [(10, 10), (10.0, 10), (-3, 0), (None, None), (float("nan"), None),
+                                        (float("inf"), None), (" 7 ", 7), ("", None)])
+def test_the_zoom_box_is_a_number_and_an_older_link_s_text_still_reads(box, start):
+    from explorer.ui.handlers.controls import zoom_start
+
+    assert zoom_start(box) == start
+
+
 def test_reset_forgets_the_session(served):
     visit, *_ = prefill(served)
     state, status, strip, text, steps, layer, offer, confirm, *figures = handlers.ServedHandlers(served).on_reset_click()

@@ -156,9 +156,11 @@ def index(value: float | None, default: int, top: int) -> int:
 
 
 def zoom_start(value: str | float | None) -> int | None:
-    """The attention zoom box as a first token; None (the whole matrix) for an empty box or anything
-    that is not a finite number (a fraction is cut to its whole part)."""
+    """The attention zoom box (a number; text from an older link or client) as a first token; None (the
+    whole matrix) for an empty box, anything that is not a whole number, NaN or infinity."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return max(0, int(value)) if math.isfinite(value) else None
     try:
-        return max(0, int(float(str(value).strip())))
-    except (ValueError, OverflowError):
+        return max(0, int(str(value).strip()))
+    except ValueError:
         return None
