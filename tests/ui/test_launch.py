@@ -99,3 +99,22 @@ def test_a_bad_slot_count_in_the_environment_is_refused_under_its_option(monkeyp
         launch.main([])
     assert exited.value.code == 2 and "argument --max-sessions: must be a whole number >= 1, not 'lots'" in \
         capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, share, said", [
+    (["--share"], True, "* No public link: Gradio could not reach its share servers (see above); the local URL works."),
+    ([], False, "* --share also serves a temporary public link."),
+])
+def test_share_reaches_gradio_and_the_hint_names_the_command_s_own_option(argv, share, said, monkeypatch, capsys):
+    import gradio as gr
+
+    from explorer.ui.startup import PendingModel
+
+    launched = []
+    monkeypatch.setattr(gr.Blocks, "launch", lambda demo, **kwargs: launched.append(kwargs))  # no server, no link
+    monkeypatch.setattr(gr.Blocks, "block_thread", lambda demo: None)
+    monkeypatch.setattr(PendingModel, "start", lambda pending: None)  # no model load
+    launch.main([*argv, "--port", "7999"])
+    assert launched[0]["share"] is share and launched[0]["quiet"] is True  # quiet: no hint naming launch()
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["* Running on local URL:  None", said] and "share=True" not in out
