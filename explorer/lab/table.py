@@ -22,8 +22,9 @@ from explorer.figures.lab.kvquant import fig_kvquant
 from explorer.figures.lab.prefix import fig_prefix
 from explorer.figures.lab.quant import fig_quant
 from explorer.figures.lab.speculative import fig_speculative
+from explorer.figures.lab.tensor import fig_tensor
 from explorer.figures.lab.tiles import fig_tiles
-from explorer.lab import batching, chunked, evict, kvquant, prefix, quant, speculative, tiles
+from explorer.lab import batching, chunked, evict, kvquant, prefix, quant, speculative, tensor, tiles
 from explorer.lab.params import LabParam
 
 
@@ -38,6 +39,7 @@ class Experiment:
         params: its whole-number parameters, in the order the app's boxes show them.
         figure: (result) -> its figure.
         lesson: (result) -> its lesson page (Markdown) from the run's numbers.
+        local_only: refused where the app is hosted (it starts processes of its own).
     """
 
     name: str
@@ -46,6 +48,7 @@ class Experiment:
     params: tuple[LabParam, ...]
     figure: Callable[[Any], go.Figure]
     lesson: Callable[[Any], str]
+    local_only: bool = False
 
 
 LAB = {experiment.name: experiment for experiment in (
@@ -133,4 +136,13 @@ LAB = {experiment.name: experiment for experiment in (
          LabParam("text_tokens", "Text tokens decoded", 96, 2, 2048, hosted_maximum=256,
                   help="the shipped text's first tokens, fed one at a time")),
         fig_evict, evict.lesson_text),
+    Experiment(
+        "tensor", "Tensor parallelism over R processes",
+        "The model sharded over R processes (torch.distributed, gloo), by its own tensor-parallel plan: each rank's "
+        "query and KV heads and MLP columns, the two all-reduces a layer and their bytes and time against the "
+        "compute, and the logits and greedy tokens equal to one process's. Runs locally only, not on the hosted app.",
+        (LabParam("ranks", "Ranks R (processes; R divides h_q, h_kv and d_ff)", 3, 1, 8,
+                  help="processes the model is sharded over, each one thread"),
+         LabParam("tokens", "Greedy tokens N", 8, 1, 64, help="tokens each rank decodes after the prefill")),
+        fig_tensor, tensor.lesson_text, local_only=True),
 )}

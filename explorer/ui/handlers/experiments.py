@@ -76,6 +76,9 @@ def on_lab_click(visit: Visit | None, name: str, first: float | None = None, sec
     if name not in LAB:
         raise ConfigError(f"Unknown experiment {name!r}: pick one of {', '.join(LAB)}.")
     experiment = LAB[name]
+    if experiment.local_only and visit.limits.lab_caps:
+        raise ConfigError(f"{experiment.title} starts processes of its own, so it runs locally only, not on this "
+                          f"shared app: `llm-explorer lab {name} PROMPT` on your machine.")
     values = dict(zip((param.name for param in experiment.params), (first, second, third, fourth), strict=False))
     params = read_params(experiment.params, values, hosted=visit.limits.lab_caps)
     from explorer.runner.lab import RUNNERS  # a session ran: the runner is imported
