@@ -67,7 +67,9 @@ def sharded_model(path: Path, world: int):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging
 
+    logging.disable_progress_bar()  # R loading bars would bury the parent's output
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
     plan = {name: styles[style]() for name, style in model.config.base_model_tp_plan.items()}
