@@ -48,14 +48,16 @@ def check_ranks_divide(config: dict, ranks: int, most: int = 8) -> None:
     Raises:
         ConfigError: R below 1, or a dimension of `split_dims` that R does not divide.
     """
+    if ranks < 1:
+        raise ConfigError(f"Tensor parallelism needs at least one rank, not R = {ranks}.")
     dims = split_dims(config)
     failing = [f"the {name} ({size})" for name, size in dims.items() if size % ranks]
-    if ranks >= 1 and not failing:
+    if not failing:
         return
     working = [str(r) for r in range(1, most + 1) if all(size % r == 0 for size in dims.values())]
     raise ConfigError(
         f"Tensor parallelism over R = {ranks} ranks splits the query heads, the KV heads and the MLP's d_ff "
-        f"across them, so R must divide each: {ranks} does not divide {' nor '.join(failing) or 'anything'}. "
+        f"across them, so R must divide each: {ranks} does not divide {' nor '.join(failing)}. "
         f"On this model R can be {', '.join(working)}.")
 
 

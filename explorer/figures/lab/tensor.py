@@ -66,11 +66,12 @@ def _time_bars(fig: go.Figure, r: TensorParallelResult, cell: dict) -> None:
     steps = [("prefill", *r.prefill_ms(), r.measured_bytes(0))]
     if len(r.runs[0].steps) > 1:
         steps.append(("decode step", *r.decode_ms(), r.measured_bytes(1)))
-    names = [name for name, *_ in steps]
+    names = [f"{name}<br>{ms:.0f} ms" for name, ms, *_ in steps]
     compute = [100 * (ms - comm) / ms for _, ms, comm, _ in steps]
     comm = [100 * comm / ms for _, ms, comm, _ in steps]
     fig.add_trace(go.Bar(x=names, y=compute, name="compute", marker_color=PREFILL_COLOUR, showlegend=False,
-                         text=[f"compute {ms - c:.1f} ms" for _, ms, c, _ in steps], textposition="inside", **cell))
+                         text=[f"compute<br>{ms - c:.0f} ms" for _, ms, c, _ in steps], textposition="inside", textangle=0,
+                         insidetextanchor="middle", **cell))
     fig.add_trace(go.Bar(x=names, y=comm, base=compute, name="collectives", marker_color=COMM_COLOUR, showlegend=False,
-                         text=[f"all-reduce {c:.1f} ms, {si_text(b, 'B')}" for _, _, c, b in steps],
-                         textposition="outside", **cell))
+                         text=[f"all-reduces<br>{c:.0f} ms<br>{si_text(b, 'B')}" for _, _, c, b in steps],
+                         textposition="inside", textangle=0, insidetextanchor="middle", **cell))
