@@ -144,7 +144,10 @@ class TensorParallelResult:
     dtype: str
 
     def formula_bytes(self, step: int) -> int:
-        """2·L·B·T·d·bytes: the all-reduces' payload a step (computed; T = 1 for a decode step)."""
+        """2·L·B·T·d·bytes: the all-reduces' payload a step (computed; T = 1 for a decode step); 0 at R = 1,
+        where a rank's partial sum is already the whole and DTensor runs no all-reduce."""
+        if self.ranks == 1:
+            return 0
         tokens = self.prompt_tokens if step == 0 else 1
         return ALL_REDUCES_PER_LAYER * self.layers * tokens * self.hidden * self.element_bytes
 
@@ -224,7 +227,7 @@ def lesson_text(result: TensorParallelResult) -> str:
         f"That is **{r.counts(0).get('all_reduce', 0)} all-reduces a step** (2 a layer, L = {r.layers}), "
         f"{si_text(r.measured_bytes(0), 'B')} in the prefill of {r.prompt_tokens} tokens and "
         f"{si_text(r.measured_bytes(min(1, len(first.steps) - 1)), 'B')} a decode step (measured), "
-        f"as 2·L·B·T·d·bytes computes. Here, on one CPU over loopback, the collectives took "
+        f"as 2·L·B·T·d·bytes computes{' (0 at R = 1: one rank holds the whole sum)' if r.ranks == 1 else ''}. Here, on one CPU over loopback, the collectives took "
         f"{prefill_comm / prefill:.0%} of the prefill ({prefill_comm:.1f} of {prefill:.1f} ms) and "
         f"{step_comm / step:.0%} of a decode step ({step_comm:.1f} of {step:.1f} ms, measured, the slowest rank; "
         "a collective's time includes waiting for the slowest rank). A decode step's all-reduces are small "
