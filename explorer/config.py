@@ -46,6 +46,13 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("llm-inference-explorer"))
 
 
+def data_dir() -> Path:
+    """Where the explorer keeps files fetched once (the embedded model's GGUF): the user data directory,
+    `platformdirs.user_data_dir("llm-inference-explorer")`, whatever `$EXPLORER_CACHE_DIR` says. The
+    folder may not exist yet."""
+    return Path(platformdirs.user_data_dir("llm-inference-explorer"))
+
+
 def preset_names() -> list[str]:
     """Names of the shipped shape-only presets, sorted."""
     return sorted(PRESET_SOURCES)
