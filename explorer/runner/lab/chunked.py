@@ -58,8 +58,8 @@ def run_chunked(loaded: LoadedModel, prompt_ids: list[int], chunk: int = 16, rep
         with output_shapes(embed) as chunk_shapes:
             logits, kv_shapes, first_ms = _chunked_prefill(model, prompt_ids, plan, cache)
         chunked = torch.cat(logits)  # [T, V]
-        full_tokens = greedy(model, full_cache, full[-1], GREEDY_TOKENS)
-        chunked_tokens = greedy(model, cache, chunked[-1], GREEDY_TOKENS)
+        full_tokens = greedy(model, full_cache, full[-1], GREEDY_TOKENS, loaded.eos_token_ids)
+        chunked_tokens = greedy(model, cache, chunked[-1], GREEDY_TOKENS, loaded.eos_token_ids)
         times = [first_ms] + [_chunked_prefill(model, prompt_ids, plan, new_cache(model))[2]
                               for _ in range(repeats - 1)]
         (full_ms,) = median_ms([lambda: forward(model, prompt_ids, new_cache(model))], repeats)

@@ -60,12 +60,19 @@ def forward(model, ids: list[int], cache: DynamicCache | None, keep: int = 0) ->
                  logits_to_keep=keep).logits[0].float().cpu()
 
 
-def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int) -> list[int]:
-    """`steps` greedy tokens after `logits` ([V], the last position's), decoding on `cache`."""
+def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int, eos_ids=()) -> list[int]:
+    """Up to `steps` greedy tokens after `logits` ([V], the last position's), decoding on `cache`; as
+    `generate` does, the tokens end with the first of `eos_ids` (kept) where one is chosen earlier."""
     tokens = [int(logits.argmax())]
-    for _ in range(steps - 1):
+    while len(tokens) < steps and tokens[-1] not in eos_ids:
         tokens.append(int(forward(model, [tokens[-1]], cache)[-1].argmax()))
     return tokens
+
+
+def until_eos(tokens: list[int], eos_ids) -> list[int]:
+    """`tokens` up to and including the first of `eos_ids` (all of them where none is there)."""
+    end = next((i for i, token in enumerate(tokens) if token in eos_ids), len(tokens) - 1)
+    return tokens[:end + 1]
 
 
 def median_ms(runs: list[Callable[[], object]], repeats: int) -> list[float]:
