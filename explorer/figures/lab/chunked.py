@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from explorer.figures.lab.frame import lab_frame
 from explorer.figures.theme import PREFILL_COLOUR, set_layout, subplot_grid
-from explorer.lab.chunked import COST_FORMAT, ChunkedPrefillResult, ChunkRecord, chunks_text
+from explorer.lab.chunked import ChunkedPrefillResult, ChunkRecord, chunks_text
 from explorer.lab.prefix import shape_text
 
 # Okabe-Ito colours, cycled over the chunks (neighbours always differ)
@@ -60,7 +60,7 @@ def fig_chunked(result: ChunkedPrefillResult) -> go.Figure:
     r = result
     layout, axes = subplot_grid(
         [f"Each chunk's [C, n] band of the {r.prompt_tokens} x {r.prompt_tokens} causal triangle",
-         "Time per chunk, ms (measured)", f"Weight GEMMs' FLOP/byte (estimated, {COST_FORMAT})"],
+         "Time per chunk, ms (measured)", f"Weight GEMMs' FLOP/byte (estimated, {r.dtype})"],
         rows=2, cols=2, specs=[[{"rowspan": 2}, {}], [None, {}]], column_widths=[0.5, 0.5],
         horizontal_spacing=0.1, vertical_spacing=0.2)
     edge = r.prompt_tokens
@@ -82,7 +82,7 @@ def fig_chunked(result: ChunkedPrefillResult) -> go.Figure:
                              textposition="outside", marker_color=PREFILL_COLOUR if row == 1 else
                              [BAND_COLOURS[i % len(BAND_COLOURS)] for i in index], **axes[(row, 2)]))
     for level, label, dash in ((r.ridge_flops_per_byte, f"ridge point of the {r.ridge_hardware}: "
-                                f"{r.ridge_flops_per_byte:.0f} FLOP/byte (computed)", "dash"),
+                                f"{r.ridge_flops_per_byte:.0f} FLOP/byte in {r.dtype} (computed)", "dash"),
                                (r.full_cost.gemm_intensity, f"one prefill of all {r.prompt_tokens} tokens: "
                                 f"{r.full_cost.gemm_intensity:.0f} FLOP/byte (estimated)", "dot")):
         fig.add_trace(go.Scatter(x=[-0.5, len(r.chunks) - 0.5], y=[level] * 2, mode="lines", name=label,

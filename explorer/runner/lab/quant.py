@@ -67,7 +67,8 @@ def run_quant(loaded: LoadedModel, prompt_ids: list[int], bits: int = 0, group_s
             worst = max(worst, error)
             run = _measure(copied, prompt_ids, text, continue_tokens, loaded.eos_token_ids)
             count = sum(m.weight.numel() for m in modules)
-            variants.append(_variant(variant_name(width, group_size), run, reference, text, stored / count,
+            inputs = tuple(sorted({m.weight.shape[0 if _transposed(m) else 1] for m in modules}))
+            variants.append(_variant(variant_name(width, group_size, inputs), run, reference, text, stored / count,
                                      model, len(prompt_ids), {"weights": f"int{width}"}))
         del copied
     _, hardware = predicted_decode_s(model, len(prompt_ids) + 1)
