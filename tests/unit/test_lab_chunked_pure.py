@@ -112,3 +112,11 @@ def test_the_lines_and_the_lesson_say_what_was_measured_and_estimated():
     assert LAB["chunked"].lesson is lesson_text and LAB["chunked"].params[0].read(None) == 16
     with pytest.raises(PromptError, match="0 to 512 here"):
         LAB["chunked"].params[0].read(600, hosted=True)
+
+
+def test_the_title_keeps_its_separators_and_the_time_bars_labels_have_room():
+    fig = fig_chunked(hand_built())
+    title = fig.layout.title.text.replace("<br>", " ")
+    assert " FLOP/byte; logits max |Δ|" in title and "FLOP/byte logits" not in title
+    times = next(trace for trace in fig.data if trace.type == "bar")
+    assert fig.layout.yaxis2.range[1] >= 1.2 * max(times.y)

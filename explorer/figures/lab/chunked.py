@@ -69,6 +69,8 @@ def fig_chunked(result: ChunkedPrefillResult) -> go.Figure:
     top = max(r.ridge_flops_per_byte, r.full_cost.gemm_intensity) * 2
     layout["yaxis3"].update(type="log", dtick=1, range=[math.log10(0.5), math.log10(top)])
     layout["xaxis3"].update(title={"text": "chunk"})
+    # room above the tallest time bar for its label, under the subplot's title
+    layout["yaxis2"].update(range=[0, 1.25 * max(chunk.ms for chunk in r.chunks)])
     fig = go.Figure(layout=layout)
     _add_bands(fig, r.chunks, axes[(1, 1)])
     index = list(range(len(r.chunks)))
