@@ -112,6 +112,11 @@ def test_the_legend_gives_each_entry_its_own_colour_and_labels_have_room():
             colour = trace.marker.color
             colours.setdefault(colour if isinstance(colour, str) else tuple(colour), []).append(trace.name)
     assert all(len(names) == 1 for names in colours.values()), colours
+    rgb = {colour: tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5)) for colour in colours}
+    for first in rgb:  # nor two greys (or blues) a reader cannot tell apart
+        for second in rgb:
+            distance = sum((a - b) ** 2 for a, b in zip(rgb[first], rgb[second], strict=True)) ** 0.5
+            assert first == second or distance > 40, (colours[first], colours[second])
     bars = [trace for trace in fig.data if trace.type == "bar"]
     assert all(trace.cliponaxis is False for trace in bars)
     assert fig.layout.yaxis2.range[1] >= 1.2 * max(max(trace.y) for trace in bars)

@@ -67,18 +67,18 @@ def test_the_figure_draws_every_round_the_text_counts_and_one_slot_a_token():
     fig = fig_speculative(a_result(rounds, 1.0, 1.0))
     assert len(rounds) <= MAX_ROUNDS_DRAWN
     layout = fig.layout
-    assert "all 15 rounds (verify passes)" in layout.xaxis.title.text
+    assert "all 15 rounds (verify passes)" in layout.yaxis.title.text
     assert list(layout.xaxis.ticktext) == ["guess 1", "guess 2", "guess 3", "guess 4", "full model"]
     full = next(trace for trace in fig.data if trace.name == "full model's token")
     assert len(full.y) == 15 and set(full.base) == {4}  # the full model's token always in its own slot
     cells = [trace for trace in fig.data if trace.type == "bar" and trace.orientation == "h"]
-    assert all(trace.textfont.size == TOKEN_FONT_PX for trace in cells)
+    assert all(trace.textfont.size == TOKEN_FONT_PX and trace.textangle == 0 for trace in cells)
     assert layout.uniformtext.minsize == TOKEN_FONT_PX and layout.uniformtext.mode == "show"
 
 
 def test_a_longer_run_says_how_many_rounds_it_draws():
     fig = fig_speculative(a_result((a_round(0),) * (MAX_ROUNDS_DRAWN + 4), 1.0, 1.0))
-    assert f"the first {MAX_ROUNDS_DRAWN} of {MAX_ROUNDS_DRAWN + 4} rounds" in fig.layout.xaxis.title.text
+    assert f"first {MAX_ROUNDS_DRAWN} of {MAX_ROUNDS_DRAWN + 4} rounds" in fig.layout.yaxis.title.text
 
 
 def test_the_bars_labels_have_room_above_the_taller_bar():

@@ -13,7 +13,7 @@ PHASE_COLOURS = {"waiting": "#E5E5E5", "prefill": PREFILL_COLOUR, "decode": DECO
 PAGE_COLOUR = "#009E73"  # a page a request holds
 FREE_COLOUR = "#F2F2F2"
 PACKED_COLOUR = "#CC79A7"  # the packed layout's bars: a colour no phase of the timeline has
-PADDED_COLOUR = "#999999"
+PADDED_COLOUR = "#F0E442"  # yellow: apart from every phase's colour (grey is "done")
 LABEL_ROOM = 1.25  # an axis's top over its tallest bar: room for the bar's label under the subplot's title
 
 

@@ -59,13 +59,14 @@ def fig_chunked(result: ChunkedPrefillResult) -> go.Figure:
     """
     r = result
     layout, axes = subplot_grid(
-        [f"Each chunk's [C, n] band of the {r.prompt_tokens} x {r.prompt_tokens} causal triangle",
+        [f"Each chunk's [C, n] band<br>of the {r.prompt_tokens} x {r.prompt_tokens} causal triangle",
          "Time per chunk, ms (measured)", f"Weight GEMMs' FLOP/byte (estimated, {r.dtype})"],
         rows=2, cols=2, specs=[[{"rowspan": 2}, {}], [None, {}]], column_widths=[0.5, 0.5],
         horizontal_spacing=0.1, vertical_spacing=0.2)
     edge = r.prompt_tokens
     layout["xaxis"].update(title={"text": "key position"}, range=[0, edge], constrain="domain")
-    layout["yaxis"].update(title={"text": "query position"}, range=[edge, 0], scaleanchor="x")
+    # both axes give up domain, not range, to keep the cells square: the triangle fills its axes
+    layout["yaxis"].update(title={"text": "query position"}, range=[edge, 0], scaleanchor="x", constrain="domain")
     top = max(r.ridge_flops_per_byte, r.full_cost.gemm_intensity) * 2
     layout["yaxis3"].update(type="log", dtick=1, range=[math.log10(0.5), math.log10(top)])
     layout["xaxis3"].update(title={"text": "chunk"})
@@ -93,5 +94,5 @@ def fig_chunked(result: ChunkedPrefillResult) -> go.Figure:
              f"{r.chunked_ms:.0f} ms against {r.full_ms:.0f} ms in one prefill; weight GEMMs at "
              f"{r.chunks[0].cost.gemm_intensity:.0f} FLOP/byte<br>logits max |Δ| {r.max_abs_diff:.1g} against one "
              f"prefill, greedy tokens {'identical' if r.same_tokens else 'DIFFER'}")
-    lab_frame(fig, "chunked", title, 540, left=70, bottom=80)
+    lab_frame(fig, "chunked", title, 540, subplot_title_lines=2, left=70, bottom=80)
     return set_layout(fig, legend={"orientation": "h", "y": -0.12, "x": 0.55, "yanchor": "top"})

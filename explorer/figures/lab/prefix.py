@@ -36,7 +36,7 @@ def fig_prefix(result: PrefixCacheResult) -> go.Figure:
                                 horizontal_spacing=0.08)
     layout["xaxis"].update(title={"text": "tokens"}, range=[0, r.total_tokens * 1.75])
     # room for a slower cached pass's bar (above 100%) and its label
-    layout["yaxis2"].update(range=[0, max(125, 125 * r.suffix_ms / r.full_ms)], ticksuffix="%")
+    layout["yaxis2"].update(range=[0, max(145, 100 * r.suffix_ms / r.full_ms + 45)], ticksuffix="%")
     fig = go.Figure(layout=layout)
     _token_bars(fig, r, axes[(1, 1)])
     _cost_bars(fig, r, axes[(1, 2)])
@@ -70,5 +70,7 @@ def _cost_bars(fig: go.Figure, r: PrefixCacheResult, cell: dict) -> None:
                                    (WAYS[1], REUSED_COLOUR, r.suffix_flops, r.suffix_ms)):
         fig.add_trace(go.Bar(x=["FLOPs<br>(estimated)", "time<br>(measured)"],
                              y=[100 * flops / r.full_flops, 100 * ms / r.full_ms], marker_color=colour,
-                             text=[si_text(flops, "FLOP"), f"{ms:.0f} ms"], textposition="outside", name=way,
+                             text=[si_text(flops, "FLOP").replace(" ", "<br>"), f"{ms:.0f}<br>ms"],
+                             textposition="outside", name=way,
+                             constraintext="none", cliponaxis=False,  # the labels at the text's size, whole
                              showlegend=False, offsetgroup=way, **cell))
