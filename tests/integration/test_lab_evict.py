@@ -158,6 +158,8 @@ def test_renumbering_moves_no_relative_distance_of_a_contiguous_window(llama):
     result = run_evict(llama, [5], window=12, sinks=3, text_tokens=TEXT_TOKENS, positions=1)
     text = "\n".join(result.lines()) + lesson_text(result)
     assert result.positions == "renumbered" and "renumbered inside the cache, as StreamingLLM does" in text
+    from explorer.figures.lab.evict import fig_evict
+    assert "positions renumbered inside the cache (StreamingLLM)" in fig_evict(result).layout.title.text
 
 
 def test_the_lesson_escapes_the_first_tokens_text(llama):
