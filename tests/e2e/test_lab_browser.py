@@ -45,6 +45,11 @@ def test_an_experiment_draws_its_figure_on_screen_with_its_lesson_beside_it(open
     page.locator("#lab-select input").click()
     page.get_by_role("option", name=LAB[name].title).click()
     expect(page.locator("#lab-text")).to_contain_text(LAB[name].what[:40])
+    menu = next((param for param in LAB[name].params if param.choices), None)
+    if menu is None:  # a choice is a menu of names, shown only for an experiment that has one
+        expect(page.locator("#lab-choice")).to_be_hidden()
+    else:
+        expect(page.locator("#lab-choice input")).to_have_value(menu.name_of(menu.default))
     button = page.locator("#lab-btn").bounding_box()
     assert button["y"] + button["height"] <= 720, button  # in sight without scrolling
     page.locator("#lab-btn").click()

@@ -120,3 +120,6 @@ def test_the_title_keeps_its_separators_and_the_time_bars_labels_have_room():
     assert " FLOP/byte; logits max |Δ|" in title and "FLOP/byte logits" not in title
     times = next(trace for trace in fig.data if trace.type == "bar")
     assert fig.layout.yaxis2.range[1] >= 1.2 * max(times.y)
+    # the long legend lies across the figure's foot: one that ran past the right edge squeezed every subplot
+    legend = fig.layout.legend
+    assert legend.x == 0 and legend.xanchor == "left" and legend.yref == "container"

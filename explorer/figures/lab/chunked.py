@@ -94,5 +94,8 @@ def fig_chunked(result: ChunkedPrefillResult) -> go.Figure:
              f"{r.chunked_ms:.0f} ms against {r.full_ms:.0f} ms in one prefill; weight GEMMs at "
              f"{r.chunks[0].cost.gemm_intensity:.0f} FLOP/byte<br>logits max |Δ| {r.max_abs_diff:.1g} against one "
              f"prefill, greedy tokens {'identical' if r.same_tokens else 'DIFFER'}")
-    lab_frame(fig, "chunked", title, 540, subplot_title_lines=2, left=70, bottom=80)
-    return set_layout(fig, legend={"orientation": "h", "y": -0.12, "x": 0.55, "yanchor": "top"})
+    lab_frame(fig, "chunked", title, 560, subplot_title_lines=2, left=70, bottom=110)
+    # at the figure's foot, across its width: a legend that ran past the right edge would push plotly's right
+    # margin out and squeeze every subplot
+    return set_layout(fig, legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 4, "yanchor": "bottom",
+                                   "yref": "container"})
