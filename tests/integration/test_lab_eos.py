@@ -1,6 +1,7 @@
 """The lab's greedy continuations end at end-of-sequence as transformers' `generate` does: on a tiny
 model whose EOS id is made the token its greedy continuation picks third, every experiment that
-continues the prompt stops there, with the same tokens as `generate`."""
+continues the prompt stops there, with the same tokens as `generate`; the lossy experiments' estimates
+name their machine and the run's dtype."""
 
 from __future__ import annotations
 
@@ -48,6 +49,12 @@ def test_quant_and_kvquant_continuations_stop_at_eos(ending_early):
     quant = run_quant(loaded, ids, bits=8, continue_tokens=12, text_tokens=16)
     kv = run_kvquant(loaded, ids, kv_format=1, continue_tokens=12, text_tokens=16)
     assert quant.variants[0].tokens == kv.variants[0].tokens == oracle
+    # their estimates name the machine and the dtype they are for: the run's own
+    from explorer.lab.kvquant import lesson_text as kv_lesson
+    from explorer.lab.quant import lesson_text as quant_lesson
+    named = "NVIDIA H100 SXM5 80GB (a reference GPU; float32 as run)"
+    assert quant.hardware == kv.hardware == named
+    assert named in quant_lesson(quant) and named in kv_lesson(kv) and named in "\n".join(quant.lines())
 
 
 def test_chunked_continuations_stop_at_eos(ending_early):

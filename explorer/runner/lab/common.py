@@ -140,7 +140,7 @@ def decode_ms(model, cache: DynamicCache, token: int, repeats: int) -> float:
 
 def predicted_decode_s(model, context: int, batch: int = 1, **formats: str) -> tuple[float, str]:
     """(the roofline's lower bound on one decode step, s; the machine and format it is for, e.g.
-    "NVIDIA H100 SXM5 80GB (a reference GPU), float32 as run") for `batch` sequences of `context`
+    "NVIDIA H100 SXM5 80GB (a reference GPU; float32 as run)") for `batch` sequences of `context`
     positions on `BOUND_HARDWARE`, in the model's own dtype with `formats` changed (weights="int4",
     kv="fp8", ...: `explorer.analysis.roofline.what_if`; estimated by the cost model). A GPU of the
     catalogue, since the bound is what a kernel for those formats would reach; the run's dtype, since
@@ -151,4 +151,4 @@ def predicted_decode_s(model, context: int, batch: int = 1, **formats: str) -> t
     options = CostOptions(Precision(dtype, dtype, dtype))
     roofline = what_if(spec, Step("decode", batch, 1, context), hardware, options, **formats)
     run_dtype = str(model.dtype).removeprefix("torch.")
-    return roofline.time_lower_bound_s, f"{hardware.name} (a reference GPU), {run_dtype} as run"
+    return roofline.time_lower_bound_s, f"{hardware.name} (a reference GPU; {run_dtype} as run)"
