@@ -4,7 +4,6 @@ the model, its table and lesson printed; `--html FILE` writes its figure too."""
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from explorer.cli.model_args import add_model_arguments, load_for
@@ -12,6 +11,7 @@ from explorer.cli.options import MODEL_ENVIRONMENT, HelpFormatter, whole
 from explorer.errors import ExplorerError
 from explorer.lab.params import read_params
 from explorer.lab.table import LAB
+from explorer.ui.plain import markdown_plain
 
 
 def register(subparsers) -> None:
@@ -25,9 +25,14 @@ def register(subparsers) -> None:
                                      formatter_class=HelpFormatter, epilog=MODEL_ENVIRONMENT)
         add_model_arguments(sub)
         for param in experiment.params:
-            sub.add_argument(f"--{param.name.replace('_', '-')}", dest=param.name,
-                             type=whole(param.minimum, param.maximum), default=param.default,
-                             help=f"{param.help} ({param.minimum}-{param.maximum}; default {param.default})")
+            option = f"--{param.name.replace('_', '-')}"
+            if param.choices:
+                sub.add_argument(option, dest=param.name, choices=param.names, default=param.name_of(param.default),
+                                 help=f"{param.help} (default {param.name_of(param.default)})")
+            else:
+                sub.add_argument(option, dest=param.name, type=whole(param.minimum, param.maximum),
+                                 default=param.default,
+                                 help=f"{param.help} ({param.minimum}-{param.maximum}; default {param.default})")
         sub.add_argument("--html", type=Path, help="also write the figure to this HTML file (opens offline)")
         sub.set_defaults(handler=run)
 
@@ -49,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     result = RUNNERS[experiment.name](loaded, ids, **values)
     print(f"model: {loaded.description}")
     print("\n".join(result.lines()))
-    print("\n" + re.sub(r"\*\*|\*", "", experiment.lesson(result)))
+    print("\n" + markdown_plain(experiment.lesson(result)))
     if args.html:
         try:
             experiment.figure(result).write_html(args.html, include_plotlyjs=True)

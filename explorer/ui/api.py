@@ -40,10 +40,12 @@ PARAMETERS = {
     "presenter": "larger text and lines, for a projector",
     "zoom": "attention: the first token of a 48-token window drawn at full resolution (None: the whole matrix)",
     "name": "the experiment: " + ", ".join(LAB),
-    "first": "the experiment's first parameter (None: its default)",
-    "second": "its second parameter (None: its default)",
-    "third": "its third parameter (None: its default)",
-    "fourth": "its fourth parameter (None: its default)",
+    "first": "the experiment's first number parameter (None: its default)",
+    "second": "its second number parameter (None: its default)",
+    "third": "its third number parameter (None: its default)",
+    "fourth": "its fourth number parameter (None: its default)",
+    "choice": "its menu's name, where it has one (quant's weight format: both, int8, int4; kvquant's KV-cache "
+              "format: both, int8, fp8-e4m3; evict's positions: as-cached, renumbered; None: its default)",
 }
 
 
@@ -78,8 +80,8 @@ API = {
                         ("view", "step", "layer", "average_heads", "hardware", "zoom", "presenter"),
                         "Returns the figure as Plotly JSON text (`plotly.io.from_json`)."),
     "lab": described("One of the lab's experiments run for real on this client's prompt; `first` to `fourth` are its "
-                     "parameters in the order `llm-explorer lab NAME --help` lists them.",
-                     ("name", "first", "second", "third", "fourth", "presenter"),
+                     "number parameters in the order `llm-explorer lab NAME --help` lists them, `choice` its menu.",
+                     ("name", "first", "second", "third", "fourth", "choice", "presenter"),
                      "Returns its figure and its lesson text (Markdown)."),
     "export": described("This client's run as JSON, every step's trace and attention matrix (`Explorer.open(path)`, "
                         "or the app's \"Load a saved run\", shows it with no model).", (), "Returns the file."),

@@ -330,14 +330,17 @@ def _lab_panel() -> tuple[gr.Plot, dict[str, gr.components.Component]]:
                 menu = gr.Dropdown([(e.title, e.name) for e in LAB.values()], value=first.name, label="Experiment",
                                    elem_id="lab-select")
                 # the button before the parameters: on a 720-pixel screen it is in sight, the defaults set
-                button = gr.Button("Run it on this prompt", variant="primary", elem_id="lab-btn")
+                button = gr.Button("Run the experiment", variant="primary", elem_id="lab-btn")
                 boxes = []
                 for row in range(0, handlers.LAB_PARAM_SLOTS, 2):
                     with gr.Row():
                         boxes += [gr.Number(elem_id=f"lab-param-{slot}", precision=0, min_width=120,
                                             **handlers.lab_param_box(first, slot)) for slot in (row, row + 1)]
+                # any name reaches the handler, which reads it as the experiment's parameter (an API client sends one)
+                menu_box = gr.Dropdown(elem_id="lab-choice", allow_custom_value=True, **handlers.lab_menu(first))
             text = gr.Markdown(first.what, elem_id="lab-text", latex_delimiters=[], label="Its lesson (Markdown)")
-    return plot, {"lab_select": menu, "lab_params": boxes, "lab_btn": button, "lab_text": text, "lab_setup": setup}
+    return plot, {"lab_select": menu, "lab_params": boxes, "lab_choice": menu_box, "lab_btn": button, "lab_text": text,
+                  "lab_setup": setup}
 
 
 def _what_if_controls() -> dict[str, gr.components.Component]:

@@ -24,3 +24,13 @@ def markdown_text(text: str) -> str:
     rendered text, where an escaped `$$` is a delimiter again.
     """
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(text.split()))
+
+
+def markdown_plain(markdown: str) -> str:
+    """A lesson's Markdown as plain text for a terminal: its bold and italic markers dropped, its
+    backslash escapes (`markdown_text`'s) undone, so "**5%**" reads "5%" and "\\<s\\>" reads "<s>"."""
+    text = re.sub(r"(?<!\\)\*+", "", markdown)
+    return _ESCAPED.sub(r"\1", text)
+
+
+_ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")

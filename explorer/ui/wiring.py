@@ -201,10 +201,11 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
                                     show_progress="hidden", api_visibility="private")
     c["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["equivalence_steps"]],
                                c["plots"]["equivalence"], show_progress="minimal", **model_queue)
-    c["lab_select"].input(handlers.on_lab_select, c["lab_select"], [*c["lab_params"], c["lab_text"]],
+    c["lab_select"].input(handlers.on_lab_select, c["lab_select"], [*c["lab_params"], c["lab_choice"], c["lab_text"]],
                           queue=False, show_progress="hidden", api_visibility="private")
     # the experiment's setup folds away once it ran, so its lesson text rises beside the figure
-    c["lab_btn"].click(handlers.on_lab_click, [c["visit"], c["lab_select"], *c["lab_params"], c["presenter"]],
+    c["lab_btn"].click(handlers.on_lab_click, [c["visit"], c["lab_select"], *c["lab_params"], c["lab_choice"],
+                                               c["presenter"]],
                        [c["plots"]["lab"], c["lab_text"]], show_progress="minimal", api_name="lab",
                        api_description=API["lab"], concurrency_id=MODEL_QUEUE,
                        validator=app.validate_model_event).success(

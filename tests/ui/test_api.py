@@ -25,7 +25,7 @@ ENDPOINTS = {
     "/reset": [],
     "/figure": ["view", "step", "layer", "average_heads", "hardware", "zoom", "presenter"],
     "/export": [],
-    "/lab": ["name", "first", "second", "third", "fourth", "presenter"],
+    "/lab": ["name", "first", "second", "third", "fourth", "choice", "presenter"],
 }
 
 

@@ -19,7 +19,8 @@ def test_every_lab_experiment_has_a_page_with_its_parameters():
         page = (DOCS / "lab" / f"{name}.md").read_text(encoding="utf-8")
         assert page.startswith("# ") and f"llm-explorer lab {name} " in page, name
         for param in experiment.params:
-            assert f"| `--{param.name.replace('_', '-')}` | {param.label} | {param.default} |" in page, (name, param)
+            default = param.name_of(param.default) if param.choices else param.default  # a menu by its name
+            assert f"| `--{param.name.replace('_', '-')}` | {param.label} | {default} |" in page, (name, param)
 
 
 def test_every_view_has_a_page_and_a_picture_in_the_tour():

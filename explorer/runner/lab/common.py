@@ -60,12 +60,19 @@ def forward(model, ids: list[int], cache: DynamicCache | None, keep: int = 0) ->
                  logits_to_keep=keep).logits[0].float().cpu()
 
 
-def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int) -> list[int]:
-    """`steps` greedy tokens after `logits` ([V], the last position's), decoding on `cache`."""
+def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int, eos_ids=()) -> list[int]:
+    """Up to `steps` greedy tokens after `logits` ([V], the last position's), decoding on `cache`; as
+    `generate` does, the tokens end with the first of `eos_ids` (kept) where one is chosen earlier."""
     tokens = [int(logits.argmax())]
-    for _ in range(steps - 1):
+    while len(tokens) < steps and tokens[-1] not in eos_ids:
         tokens.append(int(forward(model, [tokens[-1]], cache)[-1].argmax()))
     return tokens
+
+
+def until_eos(tokens: list[int], eos_ids) -> list[int]:
+    """`tokens` up to and including the first of `eos_ids` (all of them where none is there)."""
+    end = next((i for i, token in enumerate(tokens) if token in eos_ids), len(tokens) - 1)
+    return tokens[:end + 1]
 
 
 def median_ms(runs: list[Callable[[], object]], repeats: int) -> list[float]:
@@ -132,12 +139,16 @@ def decode_ms(model, cache: DynamicCache, token: int, repeats: int) -> float:
 
 
 def predicted_decode_s(model, context: int, batch: int = 1, **formats: str) -> tuple[float, str]:
-    """(the roofline's lower bound on one decode step, s; the GPU's name) for `batch` sequences of
-    `context` positions on `BOUND_HARDWARE`, in the model's dtype with `formats` changed (weights=
-    "int4", kv="fp8", ...: `explorer.analysis.roofline.what_if`; estimated by the cost model)."""
+    """(the roofline's lower bound on one decode step, s; the machine and format it is for, e.g.
+    "NVIDIA H100 SXM5 80GB (a reference GPU; float32 as run)") for `batch` sequences of `context`
+    positions on `BOUND_HARDWARE`, in the model's own dtype with `formats` changed (weights="int4",
+    kv="fp8", ...: `explorer.analysis.roofline.what_if`; estimated by the cost model). A GPU of the
+    catalogue, since the bound is what a kernel for those formats would reach; the run's dtype, since
+    that is what was measured."""
     spec = ModelSpec.from_hf_config(model.config.to_dict())
     dtype = canonical_dtype(str(model.dtype))
     hardware = get_hardware(BOUND_HARDWARE)
     options = CostOptions(Precision(dtype, dtype, dtype))
     roofline = what_if(spec, Step("decode", batch, 1, context), hardware, options, **formats)
-    return roofline.time_lower_bound_s, hardware.name
+    run_dtype = str(model.dtype).removeprefix("torch.")
+    return roofline.time_lower_bound_s, f"{hardware.name} (a reference GPU; {run_dtype} as run)"
