@@ -92,7 +92,7 @@ def written_cells(top1: np.ndarray) -> np.ndarray:
 
 
 def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[int], str], stat: str, step: int,
-                first_position: int) -> go.Figure:
+                first_position: int, ended_at: int | None = None) -> go.Figure:
     """The layers x positions heatmap.
 
     Args:
@@ -103,6 +103,8 @@ def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[in
         step: the step shown (for the title and `layout.meta`).
         first_position: the prompt's first position the prefill's lens covers (a long prompt's lens
             covers its last positions only), said in the title when it is not 0.
+        ended_at: in a batch, the step at which sequence 0 chose end-of-sequence (its lens stops there;
+            the later steps fed it the pad id), said in the title; None while it runs.
 
     Returns:
         A figure with `layout.meta == {"view": "lens", "step": step}`: one heatmap (z [rows, columns]
@@ -134,6 +136,8 @@ def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[in
         notes.append(f"{len(rows)} of {columns.top_ids.shape[0]} rows")
     if cols[0] > 0 or first_position > 0:
         notes.append(f"positions from {columns.positions[cols[0]]}")
+    if ended_at is not None:
+        notes.append(f"sequence 0 ended at step {ended_at}")
     if notes:
         title += f" ({', '.join(notes)})"
     base_layout(fig, "lens", step, plain_label(title), height=height)
