@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.figures.theme import base_layout, plain_label, set_layout, visible_piece
+from explorer.figures.theme import TITLE_CHARS, TITLE_LINE_PX, TITLE_TOP_PX, base_layout, plain_label, set_layout, visible_piece, wrapped
 from explorer.trace import LensRecord
 
 # What colours a cell: name -> (what the colour bar says, its unit).
@@ -140,12 +140,15 @@ def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[in
         notes.append(f"sequence 0 ended at step {ended_at}")
     if notes:
         title += f" ({', '.join(notes)})"
-    base_layout(fig, "lens", step, plain_label(title), height=height)
+    lines = wrapped(plain_label(title).split(" "), TITLE_CHARS)  # no line under the modebar
+    base_layout(fig, "lens", step, "<br>".join(lines), height=height)
     return set_layout(fig, xaxis={"title": {"text": "position: input token · each cell predicts the token after it; its top-1 is "
                                                      "written where it takes over (reading up) and in the top row"},
                                   "tickangle": -45, "type": "category"},
                       yaxis={"title": {"text": "residual stream after"}, "type": "category", "autorange": True},
-                      margin={"l": 90, "r": 20, "t": 60, "b": 90})
+                      margin={"l": 90, "r": 20, "t": 2 * TITLE_TOP_PX + TITLE_LINE_PX * len(lines) + 16, "b": 90},
+                      title={**fig.layout.title.to_plotly_json(), "yref": "container", "yanchor": "top",
+                             "y": 1, "pad": {"t": TITLE_TOP_PX}})
 
 
 def _hover(columns: LensColumns, rows: Sequence[int], cols: Sequence[int],
