@@ -19,7 +19,17 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.figures.theme import TITLE_CHARS, TITLE_LINE_PX, TITLE_TOP_PX, base_layout, plain_label, set_layout, visible_piece, wrapped
+from explorer.figures.theme import (
+    TITLE_ASCENT_PX,
+    TITLE_CHARS,
+    TITLE_LINE_PX,
+    TITLE_TOP_PX,
+    base_layout,
+    plain_label,
+    set_layout,
+    visible_piece,
+    wrapped,
+)
 from explorer.trace import LensRecord
 
 # What colours a cell: name -> (what the colour bar says, its unit).
@@ -147,8 +157,9 @@ def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[in
                                   "tickangle": -45, "type": "category"},
                       yaxis={"title": {"text": "residual stream after"}, "type": "category", "autorange": True},
                       margin={"l": 90, "r": 20, "t": 2 * TITLE_TOP_PX + TITLE_LINE_PX * len(lines) + 16, "b": 90},
+                      # plotly.js anchors a "top" title of several lines by its first line's baseline
                       title={**fig.layout.title.to_plotly_json(), "yref": "container", "yanchor": "top",
-                             "y": 1, "pad": {"t": TITLE_TOP_PX}})
+                             "y": 1 - (TITLE_TOP_PX + TITLE_ASCENT_PX) / height})
 
 
 def _hover(columns: LensColumns, rows: Sequence[int], cols: Sequence[int],

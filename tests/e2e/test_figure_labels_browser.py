@@ -1,6 +1,8 @@
 """The labels of the Forward pass, Journey and Roofline figures as Chromium draws them at 1280x720,
 after Prefill and a Next token with the embedded model and the chat template: no text element of a
-plot overlaps another and none is cut with an ellipsis (each line of a label whole). The figures' JSON cannot show this (plotly.js
+plot overlaps another and none is cut with an ellipsis (each line of a label whole) or by its
+subplot's edge; and the long titles (those three, Attention, Logit lens) neither meet plotly's
+modebar nor run off the figure. The figures' JSON cannot show this (plotly.js
 places and sizes the text), so the test reads each `<text>` element's bounding box on the page.
 
 One page; a screenshot of each figure goes to artifacts/e2e/labels-<view>.png.
@@ -19,6 +21,7 @@ TIMEOUT_MS = 60_000
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 PROMPT = "Explain in one sentence why the sky is blue."
 TABS = {"forward": "Forward pass", "journey": "Journey", "roofline": "Roofline"}
+TITLED = {"attention": "Attention", "lens": "Logit lens"}  # long titles: checked against the modebar
 SLACK_PX = 1  # boxes that touch within a pixel (anti-aliasing) do not count
 # Every visible text element of a plot's SVG layers (not the modebar's), its box on the page, and the
 # pairs whose boxes overlap by more than SLACK_PX both ways; the texts cut with an ellipsis or by the
@@ -56,6 +59,29 @@ READ_LABELS = """([id, slack]) => {
 }"""
 
 
+# The title's box and the modebar's (plotly shows it on hover: its place is kept while hidden).
+READ_TITLE = """(id) => {
+  const g = document.querySelector(`#${id} .js-plotly-plot`), box = g.getBoundingClientRect();
+  const title = g.querySelector('.gtitle').getBoundingClientRect();
+  const bar = g.querySelector('.modebar-container .modebar') || g.querySelector('.modebar');
+  const modebar = bar.getBoundingClientRect();
+  const meets = title.right > modebar.left && title.left < modebar.right && title.bottom > modebar.top
+    && title.top < modebar.bottom;
+  return {step: g.layout.meta.step, meets, inside: title.right <= box.right && title.left >= box.left && title.top >= box.top,
+          title: g.querySelector('.gtitle').textContent};
+}"""
+
+
+def shown(page, view: str, tab: str, step: int) -> str:
+    """Select `tab` and wait until its plot draws `step`; the plot's elem_id."""
+    page.get_by_role("tab", name=tab, exact=True).click()
+    plot = "kv-plot" if view == "kv_cache" else f"{view}-plot"
+    page.wait_for_function(f"() => {{ const g = document.querySelector('#{plot} .js-plotly-plot');"
+                           f" return g && g.layout && g.layout.meta && g.layout.meta.step === {step}; }}",
+                           timeout=TIMEOUT_MS)
+    return plot
+
+
 def test_no_label_of_the_forward_journey_or_roofline_figure_is_cut_or_overlaps(open_app):
     page = open_app(1280, 720)
     page.locator("#prompt-box textarea").fill(PROMPT)
@@ -63,15 +89,15 @@ def test_no_label_of_the_forward_journey_or_roofline_figure_is_cut_or_overlaps(o
     expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
     page.locator("#decode-btn").click()
     expect(page.locator("#status")).to_contain_text("step 1: 1 token(s) in", timeout=TIMEOUT_MS)
-    found = {}
-    for view, tab in TABS.items():
-        page.get_by_role("tab", name=tab, exact=True).click()
-        plot = f"{view}-plot"
-        page.wait_for_function(f"() => {{ const g = document.querySelector('#{plot} .js-plotly-plot');"
-                               " return g && g.layout && g.layout.meta && g.layout.meta.step === 1; }",
-                               timeout=TIMEOUT_MS)
+    found, titles = {}, {}
+    for view, tab in (TABS | TITLED).items():
+        plot = shown(page, view, tab, 1)
         page.locator(f"#{plot}").screenshot(path=str(ARTIFACTS / f"labels-{view}.png"))
-        found[view] = page.evaluate(READ_LABELS, [plot, SLACK_PX])
+        titles[view] = page.evaluate(READ_TITLE, plot)
+        if view in TABS:
+            found[view] = page.evaluate(READ_LABELS, [plot, SLACK_PX])
     assert all(labels["count"] > 10 for labels in found.values())  # each figure's labels were read
     assert {view: (labels["overlaps"], labels["cut"]) for view, labels in found.items()} == {
         view: ([], []) for view in TABS}
+    assert {view: (t["meets"], t["inside"]) for view, t in titles.items()} == {
+        view: (False, True) for view in titles}, titles
