@@ -246,10 +246,12 @@ def _presenter_title(title: dict, height: int) -> tuple[dict, int]:
 
 def _words(text: str) -> list[str]:
     """`text` split at its spaces, except inside a tag or a tagged span (`<span style="...">a b</span>`
-    stays one word): an element is open while its text has more "<" than twice its "</"."""
+    stays one word): an element is open while its text has more "<" than twice its "</"; and a number
+    keeps the word after it ("480 B", "0.54 µs": no unit starts a line)."""
     words: list[str] = []
     for piece in text.split(" "):
-        if words and words[-1].count("<") > 2 * words[-1].count("</"):
+        unit = bool(words) and words[-1][-1:].isdigit() and piece[:1].isalpha()
+        if words and (unit or words[-1].count("<") > 2 * words[-1].count("</")):
             words[-1] += " " + piece
         else:
             words.append(piece)

@@ -111,3 +111,10 @@ def test_presenter_style_wraps_each_line_of_a_title_too_long_for_its_text():
     assert lines[0] == "first line" and " ".join(lines[1:]).strip() == ("long line " * 30).strip()
     assert all(len(line) <= TITLE_CHARS / PRESENTER_SCALE for line in lines)
     assert fig.layout.height == 600 + round(TITLE_LINE_PX * PRESENTER_SCALE * (len(lines) - 2))
+
+
+def test_presenter_style_never_starts_a_line_with_a_unit():
+    title = "KV cache after the prefill: 48 positions × 3 layers × 2 KV heads; 22.5 KiB, 480 B per position"
+    fig = presenter_style(base_layout(go.Figure(), "kv_cache", 0, "a<br>" + title, height=400))
+    lines = fig.layout.title.text.split("<br>")
+    assert len(lines) > 2 and not any(line.split(" ")[0] in ("B", "KiB", "layers") for line in lines)
