@@ -211,7 +211,9 @@ def presenter_style(fig: go.Figure) -> go.Figure:
         return {**font, "size": round((font.get("size") or FONT_SIZE) * PRESENTER_SCALE), "color": "#000000"}
 
     layout = fig.layout
-    annotations = [{**note.to_plotly_json(), "font": scaled(note.font)} for note in layout.annotations]
+    annotations = [{**note.to_plotly_json(), "font": scaled(note.font),  # offsets grow with their text
+                    **{shift: round(note[shift] * PRESENTER_SCALE) for shift in ("xshift", "yshift") if note[shift]}}
+                   for note in layout.annotations]
     axes = {key: {**layout[key].to_plotly_json(), "linecolor": "#000000", "linewidth": 2,
                   "tickfont": scaled(layout[key].tickfont), "title": {**layout[key].title.to_plotly_json(),
                                                                       "font": scaled(layout[key].title.font)}}

@@ -118,3 +118,10 @@ def test_presenter_style_never_starts_a_line_with_a_unit():
     fig = presenter_style(base_layout(go.Figure(), "kv_cache", 0, "a<br>" + title, height=400))
     lines = fig.layout.title.text.split("<br>")
     assert len(lines) > 2 and not any(line.split(" ")[0] in ("B", "KiB", "layers") for line in lines)
+
+
+def test_presenter_style_moves_an_annotation_as_far_as_its_text_grows():
+    """The roofline's note sits under the x axis' title by a shift; at 1.5x text it would meet it."""
+    fig = base_layout(go.Figure(), "roofline", 0, "t")
+    fig.add_annotation(text="note", x=0, y=0, xref="paper", yref="paper", yshift=-62, showarrow=False)
+    assert presenter_style(fig).layout.annotations[0].yshift == round(-62 * PRESENTER_SCALE)
