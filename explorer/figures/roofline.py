@@ -42,7 +42,15 @@ from explorer.figures.roofs import (
     roof_traces,
     sources_text,
 )
-from explorer.figures.theme import base_layout, plain_label, set_layout, si_text, subplot_grid
+from explorer.figures.theme import (
+    TITLE_ASCENT_PX,
+    TITLE_TOP_PX,
+    base_layout,
+    plain_label,
+    set_layout,
+    si_text,
+    subplot_grid,
+)
 
 
 def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, measured: bool = False,
@@ -237,9 +245,10 @@ def _titled(fig: go.Figure, step: int, title: str) -> go.Figure:
     lines = title.count("<br>") + 1  # from the top down, above the panels' own titles
     shown = [t.name for t in fig.data if t.showlegend is not False and t.name]
     bottom = AXIS_TITLE_PX + NOTE_PX + LEGEND_LINE_PX * legend_rows(shown) + 8
-    return set_layout(fig, margin={"l": 60, "r": 20, "t": 44 + 22 * lines, "b": bottom},
-                      title={**fig.layout.title.to_plotly_json(), "yref": "container", "y": 1, "yanchor": "top",
-                             "pad": {"t": 14}})
+    return set_layout(fig, margin={"l": 60, "r": 20, "t": 56 + 22 * lines, "b": bottom},
+                      # plotly.js anchors a "top" title of several lines by its first line's baseline
+                      title={**fig.layout.title.to_plotly_json(), "yref": "container", "yanchor": "top",
+                             "y": 1 - (TITLE_TOP_PX + TITLE_ASCENT_PX) / 600})
 
 
 def _conclusion(rooflines: list[StepRoofline], executed: list[StepRoofline], changes: list[str]) -> str:
