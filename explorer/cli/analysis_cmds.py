@@ -101,15 +101,8 @@ def _step(args: argparse.Namespace, spec: ModelSpec) -> Step:
     if args.stage == "decode" and args.tokens is not None:
         raise UsageError("--tokens is for --stage prefill; a decode step has one token and a --context.")
     positions = (args.tokens or DEFAULT_TOKENS) if args.stage == "prefill" else (args.context or DEFAULT_CONTEXT)
-    _check_window(spec, positions)
+    spec.check_positions(positions)
     return Step.prefill(positions, args.batch) if args.stage == "prefill" else Step.decode(positions, args.batch)
-
-
-def _check_window(spec: ModelSpec, positions: int) -> None:
-    """Raises UsageError where `positions` exceed the model's context window (where the config gives one)."""
-    window = spec.context_window
-    if window and positions > window:
-        raise UsageError(f"{positions:,} positions exceed this model's context window of {window:,} tokens.")
 
 
 def _roofline_header(config: str, result: StepRoofline) -> str:
@@ -154,7 +147,7 @@ def run_info(args: argparse.Namespace) -> int:
 
     spec = ModelSpec.from_hf_config(resolved_config(args.config))
     if args.prompt_tokens is not None:
-        _check_window(spec, args.prompt_tokens)
+        spec.check_positions(args.prompt_tokens)
     counts = param_counts(spec)
     windows = sorted({w for w in spec.layer_windows if w})
     rows = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from explorer.analysis.precision import DTYPE_CHOICES
@@ -84,11 +85,12 @@ def run(args: argparse.Namespace) -> int:
                               on_start=_say_estimate)]
     if not session.finished:
         traces += decode_steps(session, args.steps)
-    print_journey(traces, session.text, args.layer)
+    print_journey(traces, session.text, args.layer, loaded.eos_token_ids)
     if prompts:
         print("\nevery sequence (sequence 0 above; left-padded to the longest prompt):")
-        for b, text in enumerate(session.batch_texts):
-            print(f"  {b}: {prompts[b]!r} -> {text!r}")
+        for b, (text, row) in enumerate(zip(session.batch_texts, session.batch_rows, strict=True)):
+            ended = " [ended: end-of-sequence]" if row[-1] in loaded.eos_token_ids else ""
+            print(f"  {b}: {prompts[b]!r} -> {text!r}{ended}")
     if args.json:
         _write_json(args.json, session)
     return 0
@@ -153,8 +155,9 @@ def _write_json(path: Path, session) -> None:
           "open it in the app or with Explorer.open")
 
 
-def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:
-    """Print one layer's stop table and K cache per step, the chosen tokens and the generated text.
+def print_journey(traces: list[StepTrace], text: str, layer: int = 0, eos_ids: Sequence[int] = ()) -> None:
+    """Print one layer's stop table and K cache per step, the chosen tokens and the generated text
+    (sequence 0's, in a batch: `eos_ids` name the step where it chose an end-of-sequence token).
 
     The table's ms columns are measured wall times in milliseconds, each layer stop's the median
     [p10-p90] over the step's layers (`explorer.journey.journey_rows`); a shape-only run prints no
@@ -176,10 +179,25 @@ def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:
     _print_expert_load(traces, layer)
     print("\nchosen tokens:")
     for trace in traces:
-        prob = f"p={trace.sampling.token_prob:.3f}" if trace.sampling else "(shape-only: no values)"
-        print(f"  {step_label(trace):<9} {trace.token_text!r:<16} {prob}")
-    ending = f" [ended: {traces[-1].finish_reason.replace('_', ' ')}]" if traces[-1].finished else ""
-    print(f"\ngenerated text: {text!r}{ending}")
+        print(f"  {step_label(trace):<9} {trace.token_text!r:<16} {_chosen(trace)}")
+    print(f"\ngenerated text: {text!r}{_ending(traces, eos_ids)}")
+
+
+def _chosen(trace: StepTrace) -> str:
+    """How sure the step was of its token, or why it has no values."""
+    if trace.sampling is not None:
+        return f"p={trace.sampling.token_prob:.3f}"
+    if trace.shape_only:
+        return "(shape-only: no values)"
+    return "(sequence 0 had ended: fed the pad id, nothing drawn)"  # a batch's other sequences ran on
+
+
+def _ending(traces: list[StepTrace], eos_ids: Sequence[int]) -> str:
+    """Why sequence 0's text ends: the step that chose end-of-sequence, else why the run stopped."""
+    eos = next((t for t in traces if t.sampling is not None and t.sampling.token_id in eos_ids), None)
+    if eos is not None:
+        return f" [ended: end-of-sequence at {step_label(eos)}]"
+    return f" [ended: {traces[-1].finish_reason.replace('_', ' ')}]" if traces[-1].finished else ""
 
 
 def _print_expert_load(traces: list[StepTrace], layer: int) -> None:

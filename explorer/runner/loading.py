@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError
-from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from explorer.config import PRESET_SOURCES, SMOLLM2_PRESET, cache_dir, load_hf_config
 from explorer.errors import ConfigError, ModelLoadError, first_line
@@ -147,6 +147,11 @@ def load_shape_only(preset_or_path: str) -> LoadedModel:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=config.dtype or torch.float32)
     model.eval().requires_grad_(False)
+    # transformers' padding warning (GPT-2, where the config sets pad_token_id and no attention mask is
+    # passed) reads the ids to look for the pad id, which meta ids do not have; it only logs a warning
+    for module in model.modules():  # the inner model runs it (GPT2Model)
+        if isinstance(module, PreTrainedModel):
+            module.warn_if_padding_and_no_attention_mask = lambda input_ids, attention_mask: None
     tokenizer = _smollm2_tokenizer() if preset_or_path == SMOLLM2_PRESET else None
     description = (f"{preset_or_path}: shape-only {config.model_type}, {config.num_hidden_layers} layers, "
                    f"{_parameter_count(model) / 1e9:.2f} B parameters, no weights (meta device)")

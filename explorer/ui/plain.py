@@ -34,3 +34,20 @@ def markdown_plain(markdown: str) -> str:
 
 
 _ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")
+
+
+# Gradio 6 renders a component's `info` line with a small Markdown of its own (after escaping HTML):
+# `code`, [text](address) links, **bold**, __bold__, *em* and _em_ at a word's edge, with no backslash
+# escapes (`markdown_text`'s would show as written). Each of those marks is broken or replaced by a
+# character that looks alike, so the line shows the text as written.
+_INFO_MARKS = (("](", "]\u200b("), ("`", "\u02cb"), ("*", "\u2217"), ("__", "_\u200b_"))
+
+
+def info_text(text: str) -> str:
+    """`text` for a component's `info` line, shown as written on one line: runs of whitespace one
+    space, and none of the marks of Gradio's `info` Markdown left to act (`_INFO_MARKS`; an
+    underscore at a word's start becomes U+FF3F, the full-width low line)."""
+    text = " ".join(text.split())
+    for mark, shown in _INFO_MARKS:
+        text = text.replace(mark, shown)
+    return re.sub(r"(?<!\w)_", "\uff3f", text)

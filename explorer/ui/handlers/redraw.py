@@ -18,7 +18,7 @@ from explorer.figures.views import VIEWS
 from explorer.ui.handlers.controls import SAMPLING_FIELDS, SamplingControls, ViewControls, scenario_from
 from explorer.ui.handlers.outputs import close_question, shown_view
 from explorer.ui.handlers.turns import one_at_a_time
-from explorer.ui.plain import markdown_text
+from explorer.ui.plain import info_text
 from explorer.ui.status import generated_text, status_text, strip_html
 from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.views import Visit, render
@@ -132,4 +132,4 @@ def on_sampling_change(visit: Visit | None, step: int | None, *controls):
 
 def model_info(visit: Visit | None):
     """The model menu's line under its label: what the page's session runs (after a prefill)."""
-    return gr.skip() if visit is None else gr.update(info=f"In use: {markdown_text(visit.run.description)}")
+    return gr.skip() if visit is None else gr.update(info=f"In use: {info_text(visit.run.description)}")
