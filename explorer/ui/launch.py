@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from explorer.analysis.precision import DTYPE_CHOICES
 from explorer.cli.options import MODEL_ENVIRONMENT, HelpFormatter, whole
 from explorer.closed_pipe import again_if_closed, say
-from explorer.ui.hosting import PER_ADDRESS_VARIABLE, SESSIONS_VARIABLE
+from explorer.ui.hosting import PER_ADDRESS_VARIABLE, PROXY_HOPS_VARIABLE, SESSIONS_VARIABLE
 
 if TYPE_CHECKING:
     from explorer.runner.loading import LoadedModel
@@ -67,10 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "hosted 512)")
     parser.add_argument("--max-sessions", type=whole(1), default=os.environ.get(SESSIONS_VARIABLE),
                         help=f"live sessions the app holds at once, one per open page (default ${SESSIONS_VARIABLE}, "
-                             "else 64; hosted 20): raise it for a class (20 sessions of 512 tokens hold under 2 GB)")
+                             "else 64): a class of 30 and its neighbours fit in 64")
     parser.add_argument("--max-sessions-per-address", type=whole(1), default=os.environ.get(PER_ADDRESS_VARIABLE),
                         help=f"live sessions one network address may hold (default ${PER_ADDRESS_VARIABLE}, else no "
-                             "cap; hosted 40): a class behind one school network shares one address")
+                             "cap; hosted 48): a class behind one school network shares one address")
+    parser.add_argument("--proxy-hops", type=whole(0), default=os.environ.get(PROXY_HOPS_VARIABLE),
+                        help=f"proxies in front of the app whose x-forwarded-for entries are trusted (default "
+                             f"${PROXY_HOPS_VARIABLE}, else 0; hosted 1, a Space's proxy): the visitor's address is "
+                             "the entry that many from the end; 0: the TCP peer")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,7 +108,7 @@ def serve(args: argparse.Namespace) -> None:
     if args.max_prompt_tokens is not None:
         limits = dataclasses.replace(limits, max_prompt_tokens=args.max_prompt_tokens)
     try:
-        limits = limits.with_room(args.max_sessions, args.max_sessions_per_address)
+        limits = limits.with_room(args.max_sessions, args.max_sessions_per_address, args.proxy_hops)
     except ExplorerError as exc:
         sys.exit(f"error: {exc}")
     pending = PendingModel(ModelFacts.expected(args.model, args.config), functools.partial(load_start_model, args))

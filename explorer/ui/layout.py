@@ -35,7 +35,7 @@ from explorer.ui.live import LEASE_RENEWALS
 from explorer.ui.models import ModelRegistry
 from explorer.ui.startup import LOADING_STATUS, ModelFacts, PendingModel, prompt_label
 from explorer.ui.static import asset_text
-from explorer.ui.wiring import MODEL_QUEUE, TURNS_QUEUE, named, wire
+from explorer.ui.wiring import named, wire
 
 if TYPE_CHECKING:
     from explorer.runner.loading import LoadedModel
@@ -127,7 +127,7 @@ def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: 
         wire(c, app, demo, loaded if isinstance(loaded, PendingModel) else None)
     demo.queue(max_size=limits.queue_size)
     if limits.max_pending_events is not None:
-        served.events = EventGate(limits.max_pending_events, queued_events(demo, (MODEL_QUEUE, TURNS_QUEUE)))
+        served.events = EventGate(limits.max_pending_events, queued_events(demo))
     return demo
 
 

@@ -29,7 +29,7 @@ def open_saved(served: Served, page: str, request: gr.Request | None, path: str,
     served.registry.pending.wait()  # the views import the runner, which the start-up load imports first
     visit = Visit.replay(*load_run(path), served.limits)
     outputs = replay_outputs(visit, view)
-    served.live.admit(page, visit, visitor_of(request))
+    served.live.admit(page, visit, visitor_of(request, served.limits.proxy_hops))
     return (*outputs, *restored_controls(visit.run))
 
 

@@ -143,29 +143,40 @@ class ServedHandlers:
     def on_lease_tick(self, request: gr.Request | None, visit: Visit | None = None):
         """The page's timer ticked, so the page is open: renew its session's lease (and free the
         sessions whose lease ran out). A page whose session was freed meanwhile (it was quiet past its
-        lease: a laptop asleep) says so on its status line, with the click that starts again; any
-        other page's status line is left as it is."""
-        self.served.live.renew(page_of(request))
+        lease: a laptop asleep; or it ran nothing for a while and gave its slot to a newcomer) says so
+        on its status line, with the click that starts again; any other page's status line is left as it is."""
+        page = page_of(request)
+        self.served.live.renew(page)
         if visit is None or visit.open:
             return gr.skip()
-        return freed_text(visit)
+        return freed_text(visit, self.served.live.yielded(page))
 
-    async def validate_model_event(self, request: gr.Request | None, *inputs) -> list[dict]:
-        """Gradio's validator of a model event, run as the page sends it, before it is queued: the page
-        is open (its lease is renewed) and, where the app caps them, may have one more model event queued.
+    async def validate_model_event(self, request: gr.Request | None, *inputs, **named_inputs) -> list[dict]:
+        """Gradio's validator of every queued event of a page (a step, a redraw, an export, a figure,
+        a reset...), run as the page sends it, before it is queued: the page is open (its lease is
+        renewed) and, where the app caps them, may have one more event queued. A lease renewed is not
+        activity (`validate_step`).
 
         Async, and the cap checked last: Gradio queues the event before it runs another validator
         (`EventGate`). Returns `gr.validate(True, "")` for each of the event's inputs.
 
         Raises:
-            SessionStateError: the page has `Limits.max_pending_events` model events in the queue (Gradio
+            SessionStateError: the page has `Limits.max_pending_events` events in the queue (Gradio
                 answers the push with the message, which the page shows as a toast).
         """
+        return await self._admit(request, len(inputs) + len(named_inputs), active=False)
+
+    async def validate_step(self, request: gr.Request | None, *inputs, **named_inputs) -> list[dict]:
+        """`validate_model_event` for an event that runs the page's inference on (a step, a run, an
+        experiment): its session is active, so it keeps its slot in a full app (`LiveSessions`)."""
+        return await self._admit(request, len(inputs) + len(named_inputs), active=True)
+
+    async def _admit(self, request: gr.Request | None, n_inputs: int, active: bool) -> list[dict]:
         # renewing may close expired sessions, which waits for a step in flight: not on the event loop
-        await asyncio.to_thread(self.served.live.renew, page_of(request))
+        await asyncio.to_thread(self.served.live.renew, page_of(request), active)
         if self.served.events is not None:
             self.served.events.admit(page_of(request))
-        return [gr.validate(True, "") for _ in inputs]
+        return [gr.validate(True, "") for _ in range(n_inputs)]
 
     async def validate_prefill(self, request: gr.Request | None, *inputs) -> list[dict]:
         """`validate_model_event` for Prefill, after refusing, before it is queued, a prompt or system
@@ -188,7 +199,7 @@ class ServedHandlers:
         except ExplorerError as exc:
             results[index] = gr.validate(False, str(exc))
             return results
-        return await self.validate_model_event(request, *inputs)
+        return await self.validate_step(request, *inputs)
 
     def expiry_callback(self):
         """A `gr.State` delete callback that frees the session of a page idle past its time to live.
