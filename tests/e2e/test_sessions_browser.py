@@ -163,7 +163,7 @@ def test_next_clicked_three_times_runs_two_steps_and_says_why_not_the_third(visi
         for _ in range(3):
             page.locator("#decode-btn").click()
         expect(page.get_by_test_id("toast-body").last).to_contain_text(
-            "This page already has 2 steps or redraws in the queue", timeout=TIMEOUT_MS)
+            "This page already has 2 steps, redraws or exports in the queue", timeout=TIMEOUT_MS)
         go.set()
         expect(page.locator("#status")).to_contain_text("step 2: 1 token(s) in", timeout=TIMEOUT_MS)
         (held,) = served.live._visits.values()

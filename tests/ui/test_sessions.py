@@ -229,6 +229,7 @@ def test_a_full_app_gives_the_slot_of_the_session_idle_longest_to_a_newcomer():
     assert visits["idler"].closed and not visits["stepping"].closed
     with pytest.raises(SessionStateError, match="full: 3 sessions are in"):
         live.check_room("third")  # the newcomers and the stepping page are active
+    live.release("second")
     live.admit("idle", Visit())  # the page that yielded starts again
     assert not live.yielded("idle")
 
@@ -251,7 +252,7 @@ def test_the_event_gate_admits_until_a_page_has_its_cap_in_the_queue():
     gate = EventGate(2, lambda page: queued[page])
     gate.admit("page")
     queued["page"] |= {"e1", "e2"}  # Gradio queued the first and a second event
-    with pytest.raises(SessionStateError, match="This page already has 2 steps or redraws in the queue"):
+    with pytest.raises(SessionStateError, match="This page already has 2 steps, redraws or exports in the queue"):
         gate.admit("page")
     gate.admit("other")  # another page is not held back
     queued["page"].discard("e1")  # the running one ended
