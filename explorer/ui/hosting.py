@@ -56,6 +56,8 @@ class Limits:
         max_upload_bytes: largest file a visitor may upload (a saved run), bytes; Gradio refuses a
             larger one while it arrives. Locally `run_schema.MAX_RUN_BYTES`, the largest saved run
             the app reads at all.
+        max_upload_bytes_per_address: most bytes of uploads one network address holds at once (None:
+            no cap): `explorer.ui.uploads.UploadBudget`.
         lab_caps: the lab's experiments capped at their hosted sizes (`LabParam.hosted_maximum`).
     """
 
@@ -72,6 +74,7 @@ class Limits:
     max_pending_events: int | None = None
     max_export_bytes: int | None = None
     max_upload_bytes: int = MAX_RUN_BYTES
+    max_upload_bytes_per_address: int | None = None
     lab_caps: bool = False
 
     @property
@@ -104,10 +107,13 @@ LOCAL = Limits()
 # else, and one signed-in user at most 3. A session that ran nothing for 5 minutes gives its slot to a
 # newcomer when the app is full. The Space's proxy is the one trusted hop of x-forwarded-for.
 # An export of 64 MiB takes about 10 s to write here; 64 pages' latest exports hold at most 4 GB of disk.
+# No saved run this app writes is larger than its export cap, so no larger upload is read; one address
+# holds at most two of them at once (a saved run is deleted once read).
 HOSTED = Limits(max_prompt_tokens=512, max_new_tokens=128, max_run_tokens=32, max_sessions=64,
                 allowed_models=HOSTED_MODELS, max_sessions_per_address=48, max_sessions_per_user=3,
                 session_lease_s=SESSION_LEASE_S, session_idle_s=300.0, proxy_hops=1, max_pending_events=2,
-                max_export_bytes=64 * 2**20, max_upload_bytes=64 * 2**20, lab_caps=True)
+                max_export_bytes=64 * 2**20, max_upload_bytes=64 * 2**20, max_upload_bytes_per_address=128 * 2**20,
+                lab_caps=True)
 
 
 def limits_for(hosted: bool | None = None) -> Limits:

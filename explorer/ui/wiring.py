@@ -147,7 +147,8 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
                     api_visibility="private")
     c["svg_btn"].click(None, js=SAVE_SVG_JS)
     # each export is written, then its download button shows it with the file's name and size
-    shown = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
+    # not preprocessed: a gr.DownloadButton's preprocess leaves an empty temporary file behind (Gradio 6.31)
+    shown = {"queue": False, "api_visibility": "private", "show_progress": "hidden", "preprocess": False}
     c["export_btn"].click(handlers.on_export_click, c["visit"], c["export_file"], api_name="export",
                           api_description=API["export"]).success(handlers.show_download, c["export_file"],
                                                                  c["export_file"], **shown)
@@ -163,7 +164,8 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
                        api_visibility="private")
     c["import_file"].upload(app.on_import_upload, [c["import_file"], *named(c, VIEW_INPUTS)],
                             [*_step_outputs(c), *named(c, handlers.RESTORED_INPUTS)], concurrency_id=MODEL_QUEUE,
-                            validator=app.validate_model_event, api_visibility="private")
+                            validator=app.validate_model_event, api_visibility="private",
+                            preprocess=False)  # gr.File's preprocess leaves an empty temporary file behind
 
 
 def _wire_lesson(c: dict, app: ServedHandlers) -> None:

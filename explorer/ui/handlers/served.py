@@ -111,14 +111,17 @@ class ServedHandlers:
         return empty_outputs()
 
     @shows_errors
-    def on_import_upload(self, request: gr.Request | None, path: str | None, *view_controls):
+    def on_import_upload(self, request: gr.Request | None, path: str | dict | None, *view_controls):
         """Show a saved run (no model needed): every view, every step (`open_saved`). Returns the
         step outputs with every view drawn, then the prompt and sampling controls as the run had them
         (`RESTORED_INPUTS` order; those the file does not hold are left as they are).
 
         The file is checked against the saved-run schema and drawn before it becomes the page's
         session: a file that cannot be shown is refused with a message, and the page's session and
-        views stay as they were."""
+        views stay as they were. `path`: the file, or Gradio's file data for it (a dict with its "path":
+        the event is not preprocessed). The uploaded file is deleted once read."""
+        if isinstance(path, dict):
+            path = path.get("path")
         if not path:
             return tuple(gr.skip() for _ in range(STEP_OUTPUTS + len(RESTORED_INPUTS)))
         return open_saved(self.served, page_of(request), request, path, ViewControls(*view_controls))
