@@ -12,7 +12,9 @@ import argparse
 import dataclasses
 import functools
 import os
+import signal
 import sys
+import threading
 import traceback
 from typing import TYPE_CHECKING
 
@@ -26,6 +28,9 @@ if TYPE_CHECKING:
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+# Ctrl+C, and a container stopped: either stops the app cleanly, handled even where the app was started
+# with SIGINT ignored (a background job of a script)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 READY = "Model loaded:"  # the line on stderr once the start-up model is loaded and warmed up
 
 
@@ -119,8 +124,30 @@ def serve(args: argparse.Namespace) -> None:
     except OSError as exc:
         sys.exit(f"error: cannot serve on {args.host}:{args.port} ({exc}). Pick another port with --port.")
     say(served_text(demo.local_url, demo.share_url, args.share), stdout=True)
+    stop = threading.Event()
+    previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in STOP_SIGNALS}
     pending.start()  # once the server is up: the loading thread's imports would slow its start
-    demo.block_thread()
+    try:
+        while demo.is_running and not stop.wait(0.5):
+            pass
+    finally:
+        shut_down(demo)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def shut_down(demo) -> None:
+    """Stop serving, then delete what the app wrote: Gradio deletes the uploads it received as its
+    server stops (`delete_cache`), and every live session is closed, its exports deleted."""
+    from explorer.ui.live import close_all_sessions
+
+    from gradio.tunneling import CURRENT_TUNNELS
+
+    print("Stopping: the server closes and the app's temporary files are deleted.", file=sys.stderr)
+    demo.close(verbose=False)
+    for tunnel in CURRENT_TUNNELS:  # a --share link
+        tunnel.kill()
+    close_all_sessions()
 
 
 def served_text(local_url: str, share_url: str | None, share: bool) -> str:

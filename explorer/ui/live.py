@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,6 +91,15 @@ class _Held:
     active_s: float
 
 
+_APPS: weakref.WeakSet[LiveSessions] = weakref.WeakSet()  # every app's live sessions in this process
+
+
+def close_all_sessions() -> None:
+    """Close every live session of every app in this process (the app stops: their exports are deleted)."""
+    for live in list(_APPS):
+        live.close_all()
+
+
 class LiveSessions:
     """The open pages' sessions, by Gradio session hash: at most `limit` of them, at most `per_address`
     from one network address and `per_user` of one signed-in user, each held only while its page
@@ -125,6 +135,7 @@ class LiveSessions:
         self._closed_pages: OrderedDict[str, float] = OrderedDict()  # session hash -> when its page closed
         self._yielded: OrderedDict[str, float] = OrderedDict()  # session hash -> when its slot went to a newcomer
         self._lock = threading.Lock()
+        _APPS.add(self)
 
     def __len__(self) -> int:
         return len(self._visits)
@@ -212,6 +223,13 @@ class LiveSessions:
                 self._remember_closed(session_hash)
         if held is not None:
             held.visit.close()
+
+    def close_all(self) -> None:
+        """Close every live session (the app stops)."""
+        with self._lock:
+            visits = [held.visit for held in self._visits.values()]
+            self._visits.clear()
+        self._close(visits)
 
     def _check_room(self, session_hash: str, visitor: Visitor) -> list[Closable]:
         """Raise `SessionStateError` if the page has no session and no room for one; where the app is
