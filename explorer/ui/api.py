@@ -80,7 +80,7 @@ API = {
     "lab": described("One of the lab's experiments run for real on this client's prompt; `first` to `fourth` are its "
                      "parameters in the order `llm-explorer lab NAME --help` lists them.",
                      ("name", "first", "second", "third", "fourth", "presenter"),
-                     "Returns its figure and its lesson text (Markdown)."),
+                     "Returns its figure as Plotly JSON text (`plotly.io.from_json`) and its lesson text (Markdown)."),
     "export": described("This client's run as JSON, every step's trace and attention matrix (`Explorer.open(path)`, "
                         "or the app's \"Load a saved run\", shows it with no model).", (), "Returns the file."),
 }

@@ -15,6 +15,7 @@ from explorer.figures.views import VIEWS
 from explorer.ui import handlers, lesson
 from explorer.ui.api import API
 from explorer.ui.api_events import add_endpoint, api_outputs, step_numbers
+from explorer.ui.bounds import refuse_out_of_range
 from explorer.ui.handlers import (
     PROMPT_INPUTS,
     SAMPLING_FIELDS,
@@ -54,6 +55,7 @@ def wire(c: dict, app: ServedHandlers, demo: gr.Blocks, pending: PendingModel | 
     if pending is not None:
         _wire_model_ready(c, demo, pending)
     gate_every_event(demo, app.validate_model_event)
+    refuse_out_of_range(demo, ("prefill", "decode", "run"), exempt=("layer-slider",))
 
 
 def gate_every_event(demo: gr.Blocks, validator) -> None:
@@ -219,11 +221,13 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
                           queue=False, show_progress="hidden", api_visibility="private")
     # the experiment's setup folds away once it ran, so its lesson text rises beside the figure
     c["lab_btn"].click(handlers.on_lab_click, [c["visit"], c["lab_select"], *c["lab_params"], c["presenter"]],
-                       [c["plots"]["lab"], c["lab_text"]], show_progress="minimal", api_name="lab",
-                       api_description=API["lab"], concurrency_id=MODEL_QUEUE,
-                       validator=app.validate_step).success(
+                       [c["plots"]["lab"], c["lab_text"]], show_progress="minimal", api_visibility="private",
+                       concurrency_id=MODEL_QUEUE, validator=app.validate_step).success(
         lambda: gr.update(open=False), None, c["lab_setup"], queue=False, show_progress="hidden",
         api_visibility="private")
+    # the lab for API clients: a parameter left out is None, the experiment's default (the page's boxes
+    # hold the first experiment's defaults, which a client naming another would get otherwise)
+    gr.api(evaluated(app.on_lab_call), api_name="lab", api_description=API["lab"], concurrency_id=MODEL_QUEUE)
     c["lens_stat"].input(handlers.on_lens_stat_change, named(c, ("visit", "lens_stat", "step", "presenter")),
                          c["plots"]["lens"], show_progress="hidden", api_visibility="private")
     c["sink"].change(handlers.on_sink_threshold_change,

@@ -15,6 +15,7 @@ from explorer.errors import ConfigError, ExplorerError, PromptError, SessionStat
 from explorer.figures.views import VIEWS
 from explorer.runner.prompts import check_prompt_chars
 from explorer.ui.handlers.controls import PROMPT_INPUTS, PromptControls, SamplingControls, ViewControls
+from explorer.ui.handlers.experiments import on_lab_click
 from explorer.ui.handlers.outputs import RESTORED_INPUTS, STEP_OUTPUTS, empty_outputs
 from explorer.ui.handlers.redraw import is_open
 from explorer.ui.handlers.saved import open_saved
@@ -96,6 +97,24 @@ class ServedHandlers:
         if not hardware:
             options = replace(options, hardware=own_hardware(visit, options.step))
         return render(visit, options, view).to_json()
+
+    def on_lab_call(self, name: str = "prefix", first: float | None = None, second: float | None = None,
+                    third: float | None = None, fourth: float | None = None, presenter: bool = False,
+                    request: gr.Request | None = None) -> tuple[str, str]:
+        """One of the lab's experiments run on this client's prompt (`on_lab_click`), for API clients.
+
+        Args:
+            name: the experiment (`explorer.lab.table.LAB`).
+            first, second, third, fourth: its parameters in its row's order; None (left out): the default.
+            presenter: larger text, for a projector.
+
+        Returns its figure as Plotly JSON text (`plotly.io.from_json`) and its lesson text (Markdown).
+        Errors are `on_lab_click`'s (already messages: `shows_errors`).
+        """
+        page = page_of(request)
+        self.served.live.renew(page, active=True)
+        figure, lesson = on_lab_click(self.served.live.visit(page), name, first, second, third, fourth, presenter)
+        return figure.to_json(), lesson
 
     def on_model_select(self, choice: str) -> tuple:
         """The prompt controls for a menu entry: a text prompt with the chat-template controls, or, for a
