@@ -166,15 +166,34 @@ def queued_events(demo) -> Callable[[str], set[str]]:
     return ids
 
 
+def page_state_dropper(demo) -> Callable[[str], None]:
+    """A function that drops Gradio's records of a closed page (its `SessionState`: a copy of each
+    component's config the page changed, about 340 KB here), which Gradio otherwise keeps an hour, up
+    to `state_session_capacity` pages.
+
+    Reads Gradio's `StateHolder.session_data` (Gradio 6.31): not public API, so tests/ui/test_sessions_http.py
+    checks through real clients that closed pages leave none behind.
+    """
+    def drop(session_hash: str) -> None:
+        holder = demo.state_holder
+        with holder.lock:
+            holder.session_data.pop(session_hash, None)
+            holder.time_last_used.pop(session_hash, None)
+
+    return drop
+
+
 @dataclass
 class Served:
     """What one running app serves: its models, its limits, its live sessions and, once the Gradio app
-    exists, the gate on each page's model events (None: no cap)."""
+    exists, the gate on each page's model events (None: no cap) and what drops a closed page's
+    records in Gradio (None: Gradio keeps them its hour)."""
 
     registry: ModelRegistry
     limits: Limits
     live: LiveSessions
     events: EventGate | None = None
+    drop_page_state: Callable[[str], None] | None = None
 
     @classmethod
     def create(cls, registry: ModelRegistry, limits: Limits) -> Served:

@@ -30,7 +30,7 @@ from explorer.ui.export import remove_leftovers, size_text
 from explorer.ui.handlers import (
     ServedHandlers,
 )
-from explorer.ui.hosting import LOCAL, EventGate, Limits, Served, queued_events
+from explorer.ui.hosting import LOCAL, EventGate, Limits, Served, page_state_dropper, queued_events
 from explorer.ui.links import RANGES
 from explorer.ui.live import LEASE_RENEWALS
 from explorer.ui.models import ModelRegistry
@@ -135,6 +135,7 @@ def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: 
     demo.queue(max_size=limits.queue_size)
     if limits.max_pending_events is not None:
         served.events = EventGate(limits.max_pending_events, queued_events(demo))
+    served.drop_page_state = page_state_dropper(demo)
     return demo
 
 

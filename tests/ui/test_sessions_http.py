@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from served_app import PlainClient, serving, status_of, wait_until
+from served_app import PlainClient, build_app, serving, status_of, wait_until
 from tiny_models import tiny_model
 
 from explorer.runner.session import InferenceSession
@@ -30,6 +30,7 @@ from explorer.ui import handlers
 from explorer.ui.handlers import saved as saved_handlers
 from explorer.ui.handlers.steps import freed_text
 from explorer.ui.hosting import HOSTED
+from explorer.ui.layout import launch_options
 
 # The hosted lease (3 minutes) cut so the test runs in seconds, yet long enough that all twenty
 # prefills (each drawing the view on screen) are served before the first lease runs out, on a busy
@@ -243,3 +244,28 @@ def test_a_run_of_16_tokens_lets_another_pages_next_token_through_within_a_few_s
         assert steps() == 16 and meanwhile <= 4  # a wait for the whole run would count its rest, about 12
         for client in (runner, other):
             client.close()
+
+
+def test_closed_pages_leave_no_session_and_no_records_in_gradio(model, monkeypatch):
+    """Each closed page's session and Gradio's records of it (about 340 KB a page, kept an hour
+    otherwise) are freed, so open/close cycles do not grow the server (benchmarks/bench_closed_pages.py
+    measures its RSS)."""
+    from gradio_client import Client
+
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.5")
+    demo, served = build_app(model, HOSTED)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **launch_options(HOSTED))
+    try:
+        for _ in range(4):
+            client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
+            client.predict(prompt="Hi there", use_chat_template=False, api_name="/prefill")
+            assert len(demo.state_holder.session_data) >= 1
+            client.close()
+        assert wait_until(lambda: len(served.live) == 0 and not demo.state_holder.session_data, 30), (
+            len(served.live), len(demo.state_holder.session_data))
+    finally:
+        demo.close()

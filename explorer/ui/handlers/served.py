@@ -159,8 +159,11 @@ class ServedHandlers:
         return (*(values.get(field, gr.skip()) for field in LINK_FIELDS), gr.update(interactive=True))
 
     def on_page_close(self, request: gr.Request | None = None) -> None:
-        """Free the session of a page that closed (and refuse one its running step would admit later)."""
+        """Free the session of a page that closed (and refuse one its running step would admit later),
+        and Gradio's records of the page."""
         self.served.live.release(page_of(request), page_closed=True)
+        if self.served.drop_page_state is not None:
+            self.served.drop_page_state(page_of(request))
 
     def on_lease_tick(self, request: gr.Request | None, visit: Visit | None = None):
         """The page's timer ticked, so the page is open: renew its session's lease (and free the
