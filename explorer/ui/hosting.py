@@ -101,8 +101,9 @@ class Limits:
 
 LOCAL = Limits()
 # Judgement for a 2-vCPU, 16 GB Space: a prompt of 512 tokens prefills in about a second, 64
-# sessions of 512 + 128 tokens hold a few GB (benchmarks/bench_memory.py), and a visitor waits behind
-# at most 128 events (each page at most 2 of them). 64 slots fit a class of 30 and its neighbours;
+# sessions of 512 + 128 tokens hold at most about 13 GB (a 512-token prefill and a step peak at 210 MB
+# over the model, measured: benchmarks/bench_memory.py), and a visitor waits behind at most 128
+# events (each page at most 2 of them). 64 slots fit a class of 30 and its neighbours;
 # one address (a class behind one school network) holds at most 48 of them, so 16 stay for everyone
 # else, and one signed-in user at most 3. A session that ran nothing for 5 minutes gives its slot to a
 # newcomer when the app is full. The Space's proxy is the one trusted hop of x-forwarded-for.

@@ -2,7 +2,7 @@
 
 Clients here are `PlainClient`s (tests/served_app.py): plain HTTP, no heartbeat, no timer, each with
 its own address in `x-forwarded-for` as a Space's proxy sends it. Twenty of them fill every session
-slot and then never come back; the lease (cut to 12 s here) frees the slots. One page's burst of
+slot and then never come back; the lease (cut to 20 s here) frees the slots. One page's burst of
 events is cut at its cap while another page is served. A 30 MB prompt is refused before it is
 queued, by a server in its own process so that its memory is read apart from the client's.
 Run with `-s` to print the measured figures.
@@ -35,7 +35,7 @@ from explorer.ui.layout import launch_options
 # The hosted lease (3 minutes) cut so the test runs in seconds, yet long enough that all twenty
 # prefills (each drawing the view on screen) are served before the first lease runs out, on a busy
 # 2-core machine too.
-LEASE_S = 12.0
+LEASE_S = 20.0
 HOSTED_FAST = dataclasses.replace(HOSTED, session_lease_s=LEASE_S, max_sessions=20)
 PROMPT = {"Prompt": "Hi there!", "Use the chat template": False}
 TESTS = Path(__file__).resolve().parents[1]
