@@ -54,8 +54,8 @@ def client_address(request, proxy_hops: int = 1) -> str:
     visitor's address is the `proxy_hops`-th entry from the end, never an entry a client wrote in front
     of it. With `proxy_hops` 0 (an app reached directly), or no header, it is the TCP peer's host.
     """
-    entries = [entry.strip() for entry in (getattr(request, "headers", None) or {}).get("x-forwarded-for", "").split(",")]
-    entries = [entry for entry in entries if entry]
+    forwarded = (getattr(request, "headers", None) or {}).get("x-forwarded-for", "")
+    entries = [entry.strip() for entry in forwarded.split(",") if entry.strip()]
     if proxy_hops > 0 and entries:
         return entries[max(len(entries) - proxy_hops, 0)]
     return getattr(getattr(request, "client", None), "host", "") or ""

@@ -1,5 +1,6 @@
 """The app's command line: a broken install or a bad argument is one line before any model work, and
-`llm-explorer` speaks to a user (`--help`, `--version`) rather than to a developer; a signal stops the app and deletes its temporary files."""
+`llm-explorer` speaks to a user (`--help`, `--version`) rather than to a developer; a signal stops the
+app and deletes its temporary files."""
 
 from __future__ import annotations
 

@@ -164,10 +164,11 @@ def freed_text(visit: Visit, yielded: bool = False) -> str:
     full app, having run nothing for a while), and the one click that starts again."""
     if yielded:
         idle_s = visit.limits.session_idle_s or visit.limits.session_lease_s
-        why = f"it ran no step, run or experiment for {_minutes(idle_s)} while the explorer was full, so a newcomer has its slot"
+        why = (f"it ran no step, run or experiment for {_minutes(idle_s)} while the explorer was full, so a "
+               "newcomer has its slot")
     else:
-        why = (f"the page showed no sign of life for {_minutes(visit.limits.session_lease_s)} (a tab in the background, "
-               "a computer asleep, a dropped connection), so another visitor could have its slot")
+        why = (f"the page showed no sign of life for {_minutes(visit.limits.session_lease_s)} (a tab in the "
+               "background, a computer asleep, a dropped connection), so another visitor could have its slot")
     return (f"This page's session was freed: {why}. Press Prefill to start again: your prompt and settings are "
             "still here. A run you exported opens again from Settings: Load a saved run.")
 
