@@ -69,7 +69,7 @@ def test_twenty_heartbeatless_clients_then_a_browser_visitor_is_served(visitor, 
     from playwright.sync_api import expect
 
     lease_s = 3.0  # the page's timer ticks every 0.5 s; the leases run on a clock the test moves
-    with serving(model, dataclasses.replace(HOSTED, session_lease_s=lease_s)) as (url, served):
+    with serving(model, dataclasses.replace(HOSTED, session_lease_s=lease_s, max_sessions=20)) as (url, served):
         clock = served.live.clock = Clock()
         page = visitor(url, "10.0.1.1")
         clients = [PlainClient(url, f"10.0.0.{i}") for i in range(20)]
