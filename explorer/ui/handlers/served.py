@@ -98,8 +98,8 @@ class ServedHandlers:
             options = replace(options, hardware=own_hardware(visit, options.step))
         return render(visit, options, view).to_json()
 
-    def on_lab_call(self, name: str = "prefix", first: float | None = None, second: float | None = None,
-                    third: float | None = None, fourth: float | None = None, presenter: bool = False,
+    def on_lab_call(self, name: str = "prefix", first: int | None = None, second: int | None = None,
+                    third: int | None = None, fourth: int | None = None, presenter: bool = False,
                     request: gr.Request | None = None) -> tuple[str, str]:
         """One of the lab's experiments run on this client's prompt (`on_lab_click`), for API clients.
 
