@@ -80,9 +80,10 @@ API = {
                         ("view", "step", "layer", "average_heads", "hardware", "zoom", "presenter"),
                         "Returns the figure as Plotly JSON text (`plotly.io.from_json`)."),
     "lab": described("One of the lab's experiments run for real on this client's prompt; `first` to `fourth` are its "
-                     "number parameters in the order `llm-explorer lab NAME --help` lists them, `choice` its menu.",
+                     "number parameters in the order `llm-explorer lab NAME --help` lists them (one left out: its "
+                     "default), `choice` its menu's name where it has one.",
                      ("name", "first", "second", "third", "fourth", "choice", "presenter"),
-                     "Returns its figure and its lesson text (Markdown)."),
+                     "Returns its figure as Plotly JSON text (`plotly.io.from_json`) and its lesson text (Markdown)."),
     "export": described("This client's run as JSON, every step's trace and attention matrix (`Explorer.open(path)`, "
                         "or the app's \"Load a saved run\", shows it with no model).", (), "Returns the file."),
 }

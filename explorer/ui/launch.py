@@ -12,20 +12,25 @@ import argparse
 import dataclasses
 import functools
 import os
+import signal
 import sys
+import threading
 import traceback
 from typing import TYPE_CHECKING
 
 from explorer.analysis.precision import DTYPE_CHOICES
 from explorer.cli.options import MODEL_ENVIRONMENT, HelpFormatter, whole
 from explorer.closed_pipe import again_if_closed, say
-from explorer.ui.hosting import PER_ADDRESS_VARIABLE, SESSIONS_VARIABLE
+from explorer.ui.hosting import PER_ADDRESS_VARIABLE, PROXY_HOPS_VARIABLE, SESSIONS_VARIABLE
 
 if TYPE_CHECKING:
     from explorer.runner.loading import LoadedModel
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+# Ctrl+C, and a container stopped: either stops the app cleanly, handled even where the app was started
+# with SIGINT ignored (a background job of a script)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 READY = "Model loaded:"  # the line on stderr once the start-up model is loaded and warmed up
 
 
@@ -67,10 +72,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "hosted 512)")
     parser.add_argument("--max-sessions", type=whole(1), default=os.environ.get(SESSIONS_VARIABLE),
                         help=f"live sessions the app holds at once, one per open page (default ${SESSIONS_VARIABLE}, "
-                             "else 64; hosted 20): raise it for a class (20 sessions of 512 tokens hold under 2 GB)")
+                             "else 64): a class of 30 and its neighbours fit in 64")
     parser.add_argument("--max-sessions-per-address", type=whole(1), default=os.environ.get(PER_ADDRESS_VARIABLE),
                         help=f"live sessions one network address may hold (default ${PER_ADDRESS_VARIABLE}, else no "
-                             "cap; hosted 40): a class behind one school network shares one address")
+                             "cap; hosted 48): a class behind one school network shares one address")
+    parser.add_argument("--proxy-hops", type=whole(0), default=os.environ.get(PROXY_HOPS_VARIABLE),
+                        help=f"proxies in front of the app whose x-forwarded-for entries are trusted (default "
+                             f"${PROXY_HOPS_VARIABLE}, else 0; hosted 1, a Space's proxy): the visitor's address is "
+                             "the entry that many from the end; 0: the TCP peer")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -104,7 +113,7 @@ def serve(args: argparse.Namespace) -> None:
     if args.max_prompt_tokens is not None:
         limits = dataclasses.replace(limits, max_prompt_tokens=args.max_prompt_tokens)
     try:
-        limits = limits.with_room(args.max_sessions, args.max_sessions_per_address)
+        limits = limits.with_room(args.max_sessions, args.max_sessions_per_address, args.proxy_hops)
     except ExplorerError as exc:
         sys.exit(f"error: {exc}")
     pending = PendingModel(ModelFacts.expected(args.model, args.config), functools.partial(load_start_model, args))
@@ -115,8 +124,30 @@ def serve(args: argparse.Namespace) -> None:
     except OSError as exc:
         sys.exit(f"error: cannot serve on {args.host}:{args.port} ({exc}). Pick another port with --port.")
     say(served_text(demo.local_url, demo.share_url, args.share), stdout=True)
+    stop = threading.Event()
+    previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in STOP_SIGNALS}
     pending.start()  # once the server is up: the loading thread's imports would slow its start
-    demo.block_thread()
+    try:
+        while demo.is_running and not stop.wait(0.5):
+            pass
+    finally:
+        shut_down(demo)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def shut_down(demo) -> None:
+    """Stop serving, then delete what the app wrote: Gradio deletes the uploads it received as its
+    server stops (`delete_cache`), and every live session is closed, its exports deleted."""
+    from explorer.ui.live import close_all_sessions
+
+    from gradio.tunneling import CURRENT_TUNNELS
+
+    print("Stopping: the server closes and the app's temporary files are deleted.", file=sys.stderr)
+    demo.close(verbose=False)
+    for tunnel in CURRENT_TUNNELS:  # a --share link
+        tunnel.kill()
+    close_all_sessions()
 
 
 def served_text(local_url: str, share_url: str | None, share: bool) -> str:

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import gradio as gr
+from starlette.middleware import Middleware
 
 from explorer.analysis.hardware import hardware_names
 from explorer.analysis.measured import Scenario
@@ -29,13 +30,14 @@ from explorer.ui.export import remove_leftovers, size_text
 from explorer.ui.handlers import (
     ServedHandlers,
 )
-from explorer.ui.hosting import LOCAL, EventGate, Limits, Served, queued_events
+from explorer.ui.hosting import LOCAL, EventGate, Limits, Served, page_state_dropper, queued_events
 from explorer.ui.links import RANGES
 from explorer.ui.live import LEASE_RENEWALS
 from explorer.ui.models import ModelRegistry
 from explorer.ui.startup import LOADING_STATUS, ModelFacts, PendingModel, prompt_label
 from explorer.ui.static import asset_text
-from explorer.ui.wiring import MODEL_QUEUE, TURNS_QUEUE, named, wire
+from explorer.ui.uploads import UploadBudget
+from explorer.ui.wiring import named, wire
 
 if TYPE_CHECKING:
     from explorer.runner.loading import LoadedModel
@@ -74,11 +76,16 @@ def launch_options(limits: Limits = LOCAL) -> dict:
     24+ would be needed), no run history kept in the browser, Gradio's own per-page records
     bounded (about 0.5 MB each; it keeps 10,000 by default), uploads capped at
     `limits.max_upload_bytes` (Gradio stops reading a larger one and deletes what it wrote), and a
-    worker thread for each live session's run waiting its turn on the model besides Gradio's 40."""
-    return {"css": asset_text("app.css"),
-            "head": asset_text("shortcuts.js"),
-            "ssr_mode": False, "run_history": False, "state_session_capacity": 10 * limits.max_sessions,
-            "max_file_size": limits.max_upload_bytes, "max_threads": GRADIO_THREADS + limits.max_sessions}
+    worker thread for each live session's run waiting its turn on the model besides Gradio's 40; in a
+    hosted app, the bytes one address holds in uploads bounded as they arrive (`UploadBudget`)."""
+    options = {"css": asset_text("app.css"),
+               "head": asset_text("shortcuts.js"),
+               "ssr_mode": False, "run_history": False, "state_session_capacity": 10 * limits.max_sessions,
+               "max_file_size": limits.max_upload_bytes, "max_threads": GRADIO_THREADS + limits.max_sessions}
+    if limits.max_upload_bytes_per_address is not None:
+        budget = Middleware(UploadBudget, most_bytes=limits.max_upload_bytes_per_address, proxy_hops=limits.proxy_hops)
+        options["app_kwargs"] = {"middleware": [budget]}
+    return options
 
 
 def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: Limits = LOCAL) -> gr.Blocks:
@@ -127,7 +134,8 @@ def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: 
         wire(c, app, demo, loaded if isinstance(loaded, PendingModel) else None)
     demo.queue(max_size=limits.queue_size)
     if limits.max_pending_events is not None:
-        served.events = EventGate(limits.max_pending_events, queued_events(demo, (MODEL_QUEUE, TURNS_QUEUE)))
+        served.events = EventGate(limits.max_pending_events, queued_events(demo))
+    served.drop_page_state = page_state_dropper(demo)
     return demo
 
 

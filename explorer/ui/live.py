@@ -5,13 +5,15 @@ lease (a timer in the page). Who the visitor is decides the caps: a signed-in us
 sign-in on a Space) holds at most a few sessions, and one network address holds at most a class's
 worth, since a lecture hall, a school or a company reaches the app from one address (NAT): thirty
 students behind it are thirty pages, each its own session, and one script from one address still
-cannot take every slot.
+cannot take every slot. A full app lets a newcomer have the slot of the session idle longest (no
+step, run or experiment for `idle_s`), so a script that only keeps its leases alive keeps no slot.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,20 +41,24 @@ class Visitor:
     user: str | None = None
 
 
-def visitor_of(request) -> Visitor:
+def visitor_of(request, proxy_hops: int = 1) -> Visitor:
     """The visitor behind a Gradio request (`client_address`, `signed_in_user`); `Visitor()` for none."""
-    return Visitor(client_address(request), signed_in_user(request))
+    return Visitor(client_address(request, proxy_hops), signed_in_user(request))
 
 
-def client_address(request) -> str:
-    """A visitor's address: the first entry of `x-forwarded-for` (a Space's proxy puts the visitor's
-    address there; the TCP peer is the proxy), else the TCP peer's host; "" where there is no request.
+def client_address(request, proxy_hops: int = 1) -> str:
+    """A visitor's address as the trusted proxies saw it; "" where there is no request.
 
-    A client that writes its own `x-forwarded-for` can pose as another address: the address cap slows
-    one visitor down, the total cap and the lease are what hold.
+    Each proxy appends the address it was reached from to `x-forwarded-for`, after whatever the client
+    wrote there itself; so with `proxy_hops` trusted proxies in front of the app (1 on a Space), the
+    visitor's address is the `proxy_hops`-th entry from the end, never an entry a client wrote in front
+    of it. With `proxy_hops` 0 (an app reached directly), or no header, it is the TCP peer's host.
     """
-    forwarded = (getattr(request, "headers", None) or {}).get("x-forwarded-for", "").split(",")[0].strip()
-    return forwarded or getattr(getattr(request, "client", None), "host", "") or ""
+    forwarded = (getattr(request, "headers", None) or {}).get("x-forwarded-for", "")
+    entries = [entry.strip() for entry in forwarded.split(",") if entry.strip()]
+    if proxy_hops > 0 and entries:
+        return entries[max(len(entries) - proxy_hops, 0)]
+    return getattr(getattr(request, "client", None), "host", "") or ""
 
 
 def signed_in_user(request) -> str | None:
@@ -76,11 +82,22 @@ class Closable(Protocol):
 
 @dataclass
 class _Held:
-    """A live session: its visit, who holds it, when its lease was last renewed (clock s)."""
+    """A live session: its visit, who holds it, when its lease was last renewed and when it last
+    stepped, ran or ran an experiment (clock s)."""
 
     visit: Closable
     visitor: Visitor
     renewed_s: float
+    active_s: float
+
+
+_APPS: weakref.WeakSet[LiveSessions] = weakref.WeakSet()  # every app's live sessions in this process
+
+
+def close_all_sessions() -> None:
+    """Close every live session of every app in this process (the app stops: their exports are deleted)."""
+    for live in list(_APPS):
+        live.close_all()
 
 
 class LiveSessions:
@@ -95,21 +112,30 @@ class LiveSessions:
     (`release(..., page_closed=True)`) is remembered for a while, so a prefill that finishes after its
     page closed is not kept.
 
+    A lease renewed is no activity: only `renew(..., active=True)` (a step, a run, an experiment) and
+    `admit` are. When the app is full, a newcomer gets the slot of the session idle longest, if it has
+    been idle `idle_s` or more; its page is remembered (`yielded`), so it can say why on its next tick.
+
     Args:
         limit: the most live sessions.
         per_address: the most live sessions of one network address; None: no cap.
         per_user: the most live sessions of one signed-in user; None: no cap.
         lease_s: seconds a session is held after its page's last sign of life.
+        idle_s: seconds without activity after which a session yields its slot to a newcomer when the
+            app is full; None: never.
         clock: the time in seconds (`time.monotonic`; tests pass a fake one).
     """
 
     def __init__(self, limit: int, per_address: int | None = None, per_user: int | None = None,
-                 lease_s: float = SESSION_LEASE_S, clock: Callable[[], float] = time.monotonic) -> None:
+                 lease_s: float = SESSION_LEASE_S, idle_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.limit, self.per_address, self.per_user = limit, per_address, per_user
-        self.lease_s, self.clock = lease_s, clock
+        self.lease_s, self.idle_s, self.clock = lease_s, idle_s, clock
         self._visits: dict[str, _Held] = {}
         self._closed_pages: OrderedDict[str, float] = OrderedDict()  # session hash -> when its page closed
+        self._yielded: OrderedDict[str, float] = OrderedDict()  # session hash -> when its slot went to a newcomer
         self._lock = threading.Lock()
+        _APPS.add(self)
 
     def __len__(self) -> int:
         return len(self._visits)
@@ -119,7 +145,8 @@ class LiveSessions:
         session and there is no room for one (`limit` sessions held, or the visitor's caps reached)."""
         self._close(self._take_expired())
         with self._lock:
-            self._check_room(session_hash, visitor)
+            yielded = self._check_room(session_hash, visitor)
+        self._close(yielded)
 
     def admit(self, session_hash: str, visit: Closable, visitor: Visitor = Visitor()) -> None:
         """Record `visit` as the page's session, its lease starting now; the page's previous session is closed.
@@ -133,9 +160,11 @@ class LiveSessions:
             with self._lock:
                 if session_hash in self._closed_pages:
                     raise SessionStateError("The page closed before its step finished; its session was not kept.")
-                self._check_room(session_hash, visitor)
+                expired += self._check_room(session_hash, visitor)
                 previous = self._visits.get(session_hash)
-                self._visits[session_hash] = _Held(visit, visitor, self.clock())
+                now = self.clock()
+                self._visits[session_hash] = _Held(visit, visitor, now, now)
+                self._yielded.pop(session_hash, None)
         except SessionStateError:
             visit.close()
             raise
@@ -144,15 +173,28 @@ class LiveSessions:
         if previous is not None and previous.visit is not visit:
             previous.visit.close()
 
-    def renew(self, session_hash: str) -> None:
+    def renew(self, session_hash: str, active: bool = False) -> None:
         """The page is open: restart its session's lease (if it holds one) and forget that it closed (a
-        page whose connection dropped and came back); then close the sessions whose lease ran out."""
+        page whose connection dropped and came back); then close the sessions whose lease ran out.
+
+        Args:
+            active: the page steps, runs or runs an experiment (a redraw or a figure is not activity):
+                its session is no longer idle.
+        """
         with self._lock:
             self._closed_pages.pop(session_hash, None)
             held = self._visits.get(session_hash)
             if held is not None:
                 held.renewed_s = self.clock()
+                if active:
+                    held.active_s = held.renewed_s
         self._close(self._take_expired())
+
+    def yielded(self, session_hash: str) -> bool:
+        """Whether the page's session gave its slot to a newcomer (it was idle longest in a full app)
+        and the page has not started another since."""
+        with self._lock:
+            return session_hash in self._yielded
 
     def visit(self, session_hash: str) -> Closable | None:
         """The visit the page holds (the one its `gr.State` holds too), or None."""
@@ -182,11 +224,35 @@ class LiveSessions:
         if held is not None:
             held.visit.close()
 
-    def _check_room(self, session_hash: str, visitor: Visitor) -> None:
+    def close_all(self) -> None:
+        """Close every live session (the app stops)."""
+        with self._lock:
+            visits = [held.visit for held in self._visits.values()]
+            self._visits.clear()
+        self._close(visits)
+
+    def _check_room(self, session_hash: str, visitor: Visitor) -> list[Closable]:
+        """Raise `SessionStateError` if the page has no session and no room for one; where the app is
+        full, the idlest session's slot is taken for it. Returns that session's visit, to be closed
+        outside the lock (or none). Called under the lock."""
         if session_hash in self._visits:
-            return
-        if len(self._visits) >= self.limit:
+            return []
+        self._check_caps(visitor)
+        if len(self._visits) < self.limit:
+            return []
+        now = self.clock()
+        idle = [(held.active_s, page) for page, held in self._visits.items()
+                if self.idle_s is not None and now - held.active_s >= self.idle_s]
+        if not idle:
             raise SessionStateError(self._full_message())
+        page = min(idle)[1]
+        self._yielded[page] = now
+        while len(self._yielded) > CLOSED_PAGES_KEPT:
+            self._yielded.popitem(last=False)
+        return [self._visits.pop(page).visit]
+
+    def _check_caps(self, visitor: Visitor) -> None:
+        """Raise `SessionStateError` if the visitor holds its signed-in user's or its address's cap."""
         if visitor.user is not None and self.per_user is not None:
             mine = sum(held.visitor.user == visitor.user for held in self._visits.values())
             if mine >= self.per_user:
@@ -205,11 +271,15 @@ class LiveSessions:
     def _full_message(self) -> str:
         """Why there is no slot: how many are in, and when the next one frees at the latest."""
         now = self.clock()
-        soonest_s = min(held.renewed_s + self.lease_s - now for held in self._visits.values())
+        frees_s = [held.renewed_s + self.lease_s - now for held in self._visits.values()]
+        idle = ""
+        if self.idle_s is not None:
+            frees_s += [held.active_s + self.idle_s - now for held in self._visits.values()]
+            idle = f", and for a newcomer when a session has run nothing for {_duration(self.idle_s)}"
         return (f"The explorer is full: {len(self._visits)} sessions are in, as many as it holds. A slot frees "
-                f"when a visitor presses Reset or closes their page, and {_duration(self.lease_s)} after a page "
-                f"goes quiet; the next quiet page's slot frees in {_duration(soonest_s)} at the latest, unless it "
-                "comes back. Your prompt and settings stay here: press Prefill again then.")
+                f"when a visitor presses Reset or closes their page, {_duration(self.lease_s)} after a page goes "
+                f"quiet{idle}; the next slot frees in {_duration(min(frees_s))} at the latest. Your prompt and "
+                "settings stay here: press Prefill again then.")
 
     def _take_expired(self) -> list[Closable]:
         """Drop the sessions whose lease ran out; returns their visits, to be closed outside the lock."""

@@ -15,6 +15,7 @@ from explorer.figures.views import VIEWS
 from explorer.ui import handlers, lesson
 from explorer.ui.api import API
 from explorer.ui.api_events import add_endpoint, api_outputs, step_numbers
+from explorer.ui.bounds import refuse_out_of_range
 from explorer.ui.handlers import (
     PROMPT_INPUTS,
     SAMPLING_FIELDS,
@@ -53,6 +54,18 @@ def wire(c: dict, app: ServedHandlers, demo: gr.Blocks, pending: PendingModel | 
     _wire_lesson(c, app)
     if pending is not None:
         _wire_model_ready(c, demo, pending)
+    gate_every_event(demo, app.validate_model_event)
+    refuse_out_of_range(demo, ("prefill", "decode", "run"), exempt=("layer-slider",))
+
+
+def gate_every_event(demo: gr.Blocks, validator) -> None:
+    """Give every event that may wait in Gradio's queue a validator (`validator` where it has none),
+    so the page's cap of queued events counts each of them (`explorer.ui.hosting.EventGate`): a step,
+    a redraw, an export, a reset, a figure. Events outside the queue (`queue=False`) and those that
+    never wait in it (no concurrency limit: the page's load events) are left as they are."""
+    for fn in demo.fns.values():
+        if fn.fn is not None and fn.queue and fn.concurrency_limit is not None and fn.validator is None:
+            fn.validator = validator
 
 
 def named(c: dict, names: tuple[str, ...]) -> list:
@@ -82,7 +95,7 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
     # Progress (and an error's mark) on the status line only: the views stay readable meanwhile.
     # The validator runs as the page sends the event, before it is queued (the page's lease, its events' cap).
     model_run = {"concurrency_id": MODEL_QUEUE, "show_progress_on": [c["status"]],
-                 "validator": app.validate_model_event}
+                 "validator": app.validate_step}
     in_turns = model_run | {"concurrency_id": TURNS_QUEUE, "concurrency_limit": app.served.limits.max_sessions}
     outputs, views, sampling = _step_outputs(c), named(c, VIEW_INPUTS), named(c, SAMPLING_FIELDS)
     step_event = functools.partial(_step_event, outputs=outputs, api_outputs=api_outputs(outputs, step_numbers()))
@@ -136,7 +149,8 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
                     api_visibility="private")
     c["svg_btn"].click(None, js=SAVE_SVG_JS)
     # each export is written, then its download button shows it with the file's name and size
-    shown = {"queue": False, "api_visibility": "private", "show_progress": "hidden"}
+    # not preprocessed: a gr.DownloadButton's preprocess leaves an empty temporary file behind (Gradio 6.31)
+    shown = {"queue": False, "api_visibility": "private", "show_progress": "hidden", "preprocess": False}
     c["export_btn"].click(handlers.on_export_click, c["visit"], c["export_file"], api_name="export",
                           api_description=API["export"]).success(handlers.show_download, c["export_file"],
                                                                  c["export_file"], **shown)
@@ -152,7 +166,8 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
                        api_visibility="private")
     c["import_file"].upload(app.on_import_upload, [c["import_file"], *named(c, VIEW_INPUTS)],
                             [*_step_outputs(c), *named(c, handlers.RESTORED_INPUTS)], concurrency_id=MODEL_QUEUE,
-                            validator=app.validate_model_event, api_visibility="private")
+                            validator=app.validate_model_event, api_visibility="private",
+                            preprocess=False)  # gr.File's preprocess leaves an empty temporary file behind
 
 
 def _wire_lesson(c: dict, app: ServedHandlers) -> None:
@@ -161,7 +176,7 @@ def _wire_lesson(c: dict, app: ServedHandlers) -> None:
     outputs = [*_step_outputs(c), *named(c, lesson.LESSON_OUTPUTS)]
     for button, delta in ((c["lesson_btn"], 0), (c["lesson_prev"], -1), (c["lesson_next"], 1)):
         button.click(lesson.on_lesson_move(delta), inputs, outputs, concurrency_id=MODEL_QUEUE,
-                     validator=app.validate_model_event, show_progress="minimal", api_visibility="private")
+                     validator=app.validate_step, show_progress="minimal", api_visibility="private")
     c["lesson_close"].click(lesson.on_lesson_close, None, named(c, ("lesson_panel", "lesson_page")), queue=False,
                             api_visibility="private", show_progress="hidden")
 
@@ -200,17 +215,20 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     c["tabs"]["equivalence"].select(handlers.on_equivalence_tab, c["visit"], c["plots"]["equivalence"],
                                     show_progress="hidden", api_visibility="private")
     c["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["equivalence_steps"]],
-                               c["plots"]["equivalence"], show_progress="minimal", **model_queue)
+                               c["plots"]["equivalence"], show_progress="minimal",
+                               **model_queue | {"validator": app.validate_step})
     c["lab_select"].input(handlers.on_lab_select, c["lab_select"], [*c["lab_params"], c["lab_choice"], c["lab_text"]],
                           queue=False, show_progress="hidden", api_visibility="private")
     # the experiment's setup folds away once it ran, so its lesson text rises beside the figure
     c["lab_btn"].click(handlers.on_lab_click, [c["visit"], c["lab_select"], *c["lab_params"], c["lab_choice"],
                                                c["presenter"]],
-                       [c["plots"]["lab"], c["lab_text"]], show_progress="minimal", api_name="lab",
-                       api_description=API["lab"], concurrency_id=MODEL_QUEUE,
-                       validator=app.validate_model_event).success(
+                       [c["plots"]["lab"], c["lab_text"]], show_progress="minimal", api_visibility="private",
+                       concurrency_id=MODEL_QUEUE, validator=app.validate_step).success(
         lambda: gr.update(open=False), None, c["lab_setup"], queue=False, show_progress="hidden",
         api_visibility="private")
+    # the lab for API clients: a parameter left out is None, the experiment's default (the page's boxes
+    # hold the first experiment's defaults, which a client naming another would get otherwise)
+    gr.api(evaluated(app.on_lab_call), api_name="lab", api_description=API["lab"], concurrency_id=MODEL_QUEUE)
     c["lens_stat"].input(handlers.on_lens_stat_change, named(c, ("visit", "lens_stat", "step", "presenter")),
                          c["plots"]["lens"], show_progress="hidden", api_visibility="private")
     c["sink"].change(handlers.on_sink_threshold_change,

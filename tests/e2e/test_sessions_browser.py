@@ -69,7 +69,7 @@ def test_twenty_heartbeatless_clients_then_a_browser_visitor_is_served(visitor, 
     from playwright.sync_api import expect
 
     lease_s = 3.0  # the page's timer ticks every 0.5 s; the leases run on a clock the test moves
-    with serving(model, dataclasses.replace(HOSTED, session_lease_s=lease_s)) as (url, served):
+    with serving(model, dataclasses.replace(HOSTED, session_lease_s=lease_s, max_sessions=20)) as (url, served):
         clock = served.live.clock = Clock()
         page = visitor(url, "10.0.1.1")
         clients = [PlainClient(url, f"10.0.0.{i}") for i in range(20)]
@@ -163,7 +163,7 @@ def test_next_clicked_three_times_runs_two_steps_and_says_why_not_the_third(visi
         for _ in range(3):
             page.locator("#decode-btn").click()
         expect(page.get_by_test_id("toast-body").last).to_contain_text(
-            "This page already has 2 steps or redraws in the queue", timeout=TIMEOUT_MS)
+            "This page already has 2 steps, redraws or exports in the queue", timeout=TIMEOUT_MS)
         go.set()
         expect(page.locator("#status")).to_contain_text("step 2: 1 token(s) in", timeout=TIMEOUT_MS)
         (held,) = served.live._visits.values()

@@ -13,7 +13,7 @@ from served_app import build_app, serving
 from tiny_models import tiny_model
 
 from explorer.notebook import Explorer
-from explorer.ui.hosting import LOCAL
+from explorer.ui.hosting import HOSTED, LOCAL
 
 SAMPLING = ["do_sample", "temperature", "top_k", "top_p", "min_p", "seed", "max_new_tokens"]
 VIEW = ["layer", "average_heads", "hardware", "presenter", "zoom"]
@@ -114,3 +114,32 @@ def test_the_documented_example_runs_against_the_app(model, tmp_path, monkeypatc
     saved = Explorer.open(names["run_file"])
     assert len(saved.run.steps) == 4 and saved.text == names["text"]
     assert names["lesson"].startswith("**Prefix caching.** Request B shares its first")
+
+
+def test_out_of_range_values_and_left_out_lab_parameters_get_the_apps_own_answer(model):
+    from gradio_client import Client
+
+    with serving(model, HOSTED) as (url, _):
+        client = Client(url, verbose=False)
+        try:
+            refusals = {}
+            for name, value in (("temperature", 1000), ("top_k", 10**300), ("max_new_tokens", 10**6)):
+                with pytest.raises(Exception) as refused:
+                    client.predict(prompt="Hi", use_chat_template=False, api_name="/prefill", **{name: value})
+                refusals[name] = str(refused.value)
+            client.predict(prompt="Hi there", use_chat_template=False, api_name="/prefill")
+            with pytest.raises(Exception) as run_refused:
+                client.predict(count=10**300, api_name="/run")
+            with pytest.raises(Exception) as lab_refused:
+                client.predict(name="tiles", first=10**300, api_name="/lab")
+            figure, lesson = client.predict(name="tiles", api_name="/lab")  # its own defaults, not the first one's
+        finally:
+            client.close()
+    assert "Temperature must be 0.05 to 2.0, not 1000." in refusals["temperature"]
+    assert "Top-k must be 0 to 200, not 1e+300." in refusals["top_k"]
+    assert "Max new tokens must be 1 to 128, not 1000000." in refusals["max_new_tokens"]
+    assert "N must be 1 to 32, not 1e+300." in str(run_refused.value)
+    assert "not 1e+300." in str(lab_refused.value)
+    for message in (*refusals.values(), str(run_refused.value), str(lab_refused.value)):
+        assert "400 Bad Request" not in message and "0" * 30 not in message
+    assert pio.from_json(figure).layout is not None and "tiles" in lesson

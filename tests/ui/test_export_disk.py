@@ -22,7 +22,7 @@ import gradio as gr
 import httpx
 import pytest
 from gradio_client import Client
-from served_app import build_app, wait_until
+from served_app import PlainClient, build_app, serving, wait_until
 from tiny_models import tiny_model
 
 from explorer import saved
@@ -37,6 +37,7 @@ PROMPT = "Exports must not fill the disk: each click writes a file that must go 
 SAMPLED = (True, 0.9, 20, 0.95, 0.0, 5, 16)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
 VIEW = (0, False, "h100-sxm", "attention")
 EXPORTS = 10
+MIB = 2**20
 
 
 class FakeRequest:
@@ -288,3 +289,61 @@ def test_the_view_as_html_is_the_figure_on_screen_opens_offline_and_goes_with_th
     assert not attention.exists()  # the page's previous one is deleted
     visit.close()
     assert not sampling.exists() and disk_bytes(*folders) == start_bytes
+
+
+def test_uploads_from_one_address_are_bounded_as_they_arrive(model, folders):
+    gradio_cache, _ = folders
+    limits = replace(HOSTED, max_upload_bytes=2 * MIB, max_upload_bytes_per_address=5 * MIB)
+    big = b"x" * (3 * MIB // 2)
+    with serving(model, limits) as (url, served):
+        upload = f"{url}gradio_api/upload"
+
+        def post(address: str, data: bytes) -> httpx.Response:
+            return httpx.post(upload, files={"files": ("run.json", io.BytesIO(data))}, timeout=30,
+                              headers={"x-forwarded-for": f"1.2.3.4, {address}"})  # the proxy's entry counts
+
+        # ten large files, no session: three fit the address's 5 MiB, the others are refused and deleted
+        answers = [post("10.0.0.1", big + bytes([i])) for i in range(10)]
+        assert [a.status_code for a in answers] == [200] * 3 + [413] * 7
+        assert "already holds 5.0 MB of uploads" in answers[-1].text
+        assert disk_bytes(gradio_cache) <= 5 * MIB
+        assert post("10.0.0.2", big).status_code == 200  # another address has its own budget
+        assert post("10.0.0.3", b"x" * (3 * MIB)).status_code == 413  # larger than any run the app writes
+        print(f"\n10 uploads of 1.5 MiB from one address: {disk_bytes(gradio_cache) / MIB:.1f} MiB on disk after "
+              "them and another address's one")
+        assert disk_bytes(gradio_cache) <= 5 * MIB + len(big) + 2
+        for answer in answers[:3]:  # once read (or deleted), a file no longer counts against its address
+            upload_path = Path(answer.json()[0])
+            upload_path.unlink()
+        assert post("10.0.0.1", big).status_code == 200
+
+
+def test_a_saved_run_loaded_and_reset_leaves_no_file_behind(model, folders):
+    gradio_cache, _ = folders
+    with serving(model, HOSTED) as (url, served):
+        page = PlainClient(url, "10.0.0.1")
+        files = lambda: [path for path in gradio_cache.rglob("*") if path.is_file()]  # noqa: E731
+        assert files() == []
+        page.call("prefill", {"Prompt": PROMPT, "Use the chat template": False})
+        exported = page.call("export")["output"]["data"][0]
+        shown = page.http.post(f"{url}gradio_api/run/predict", json={  # what the page runs next: the download button
+            "data": [exported], "fn_index": _fn_index(page, "show_download"), "session_hash": page.session_hash})
+        assert shown.status_code == 200 and "Download explorer-run-step-0.json" in shown.text
+        uploaded = page.http.post(f"{url}gradio_api/upload",
+                                  files={"files": ("run.json", open(exported["path"], "rb"))}).json()[0]
+        data = {"path": uploaded, "orig_name": "run.json", "meta": {"_type": "gradio.FileData"}}
+        dependency = next(d for d in page.config["dependencies"] if d.get("api_name") == "on_import_upload")
+        props = {c["id"]: c.get("props", {}) for c in page.config["components"]}
+        body = {"data": [data, *(props[i].get("value") for i in dependency["inputs"][1:])], "event_data": None,
+                "fn_index": dependency["id"], "session_hash": page.session_hash, "trigger_id": None}
+        joined = page.http.post(f"{url}gradio_api/queue/join", json=body)
+        assert joined.status_code == 200, joined.text
+        assert page.results()[0]["success"]
+        assert not Path(uploaded).exists()  # read, then deleted
+        assert page.call("reset")["success"]
+        # no empty temporary file of Gradio's, no upload, no export
+        assert wait_until(lambda: files() == [], 10), files()
+
+
+def _fn_index(page: PlainClient, name: str) -> int:
+    return next(d["id"] for d in page.config["dependencies"] if d.get("api_name") == name)

@@ -1,14 +1,26 @@
 """The app's command line: a broken install or a bad argument is one line before any model work, and
-`llm-explorer` speaks to a user (`--help`, `--version`) rather than to a developer."""
+`llm-explorer` speaks to a user (`--help`, `--version`) rather than to a developer; a signal stops the
+app and deletes its temporary files."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from processes import free_port, wait_until_served
+from served_app import PlainClient
 
 import explorer
 from explorer.cli import main as cli_main
 from explorer.runner import loading
 from explorer.ui import launch, static
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def no_load(**kwargs):
@@ -58,24 +70,25 @@ class Built(Exception):
 
 
 @pytest.mark.parametrize("env, argv, expected", [
-    ({}, ["--hosted"], (20, 40)),
-    ({"EXPLORER_MAX_SESSIONS": "45", "EXPLORER_MAX_SESSIONS_PER_ADDRESS": "35"}, ["--hosted"], (45, 35)),
-    ({"EXPLORER_MAX_SESSIONS": "45"}, ["--hosted", "--max-sessions", "50", "--max-sessions-per-address", "30"],
-     (50, 30)),
-    ({}, ["--max-sessions-per-address", "8"], (64, 8)),
+    ({}, ["--hosted"], (64, 48, 1)),
+    ({"EXPLORER_MAX_SESSIONS": "45", "EXPLORER_MAX_SESSIONS_PER_ADDRESS": "35", "EXPLORER_PROXY_HOPS": "2"},
+     ["--hosted"], (45, 35, 2)),
+    ({"EXPLORER_MAX_SESSIONS": "45"}, ["--hosted", "--max-sessions", "50", "--max-sessions-per-address", "30",
+                                       "--proxy-hops", "0"], (50, 30, 0)),
+    ({}, ["--max-sessions-per-address", "8"], (64, 8, 0)),
 ])
 def test_the_slots_and_the_address_cap_come_from_the_space_variables_or_the_flags(env, argv, expected, monkeypatch):
     from explorer.ui import layout
 
     seen = []
     monkeypatch.setattr(layout, "build_demo", lambda *args, limits, **kwargs: seen.append(limits) or _built())
-    for name in ("EXPLORER_MAX_SESSIONS", "EXPLORER_MAX_SESSIONS_PER_ADDRESS", "SPACE_ID"):
+    for name in ("EXPLORER_MAX_SESSIONS", "EXPLORER_MAX_SESSIONS_PER_ADDRESS", "EXPLORER_PROXY_HOPS", "SPACE_ID"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(Built):
         launch.main(argv)
-    assert (seen[0].max_sessions, seen[0].max_sessions_per_address) == expected
+    assert (seen[0].max_sessions, seen[0].max_sessions_per_address, seen[0].proxy_hops) == expected
 
 
 def _built():
@@ -118,3 +131,29 @@ def test_share_reaches_gradio_and_the_hint_names_the_command_s_own_option(argv, 
     assert launched[0]["share"] is share and launched[0]["quiet"] is True  # quiet: no hint naming launch()
     out = capsys.readouterr().out
     assert out.splitlines() == ["* Running on local URL:  None", said] and "share=True" not in out
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_app_and_leaves_no_temporary_file(signum, tmp_path):
+    """The app as a Space starts it (its own process), here started with SIGINT ignored as a script's
+    background job is: an upload and an export on disk, then the signal; the app exits by itself and
+    its temporary files are gone."""
+    port, temp = free_port(), tmp_path / "gradio"
+    env = {**os.environ, "GRADIO_TEMP_DIR": str(temp), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+    app = subprocess.Popen([sys.executable, "app.py", "--hosted", "--config", "smollm2-135m", "--port", str(port)],
+                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        wait_until_served(url, app, 120)
+        page = PlainClient(url, "10.0.0.1")
+        assert page.http.post(f"{url}gradio_api/upload", files={"files": ("run.json", b"{}")}).status_code == 200
+        assert page.call("prefill", {"Prompt length (tokens)": 8})["success"]
+        assert page.call("export")["success"]
+        assert [path for path in temp.rglob("*") if path.is_file()]
+        page.close()
+        app.send_signal(signum)
+        assert app.wait(timeout=60) == 0
+    finally:
+        app.kill()
+    assert [path for path in temp.rglob("*") if path.is_file()] == []

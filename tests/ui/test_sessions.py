@@ -11,7 +11,7 @@ from explorer.errors import ConfigError, PromptError, SessionStateError
 from explorer.runner.prompts import CHARS_PER_TOKEN_MAX, check_prompt_chars
 from explorer.runner.session import InferenceSession
 from explorer.ui import handlers
-from explorer.ui.hosting import HOSTED, EventGate, Limits, Served
+from explorer.ui.hosting import HOSTED, LOCAL, EventGate, Limits, Served
 from explorer.ui.live import CLOSED_PAGES_KEPT, LiveSessions, Visitor, client_address, signed_in_user, visitor_of
 from explorer.ui.models import ModelRegistry
 
@@ -180,21 +180,71 @@ def test_the_visitor_is_the_signed_in_user_where_there_is_one():
     assert visitor_of(NoMiddleware()) == Visitor("", None) == visitor_of(None)
 
 
-def test_the_slots_and_the_address_cap_are_settings():
-    assert HOSTED.max_sessions == 20 and HOSTED.max_sessions_per_address == 40 and HOSTED.queue_size == 40
-    room = HOSTED.with_room(sessions=45, per_address=30)
-    assert (room.max_sessions, room.max_sessions_per_address, room.queue_size) == (45, 30, 90)
-    assert HOSTED.with_room() == HOSTED
+def test_the_slots_the_address_cap_and_the_proxy_hops_are_settings():
+    # a class of 30 and its neighbours fit; one address (a school's network) leaves a quarter to everyone else
+    assert (HOSTED.max_sessions, HOSTED.max_sessions_per_address, HOSTED.queue_size) == (64, 48, 128)
+    assert HOSTED.proxy_hops == 1 and LOCAL.proxy_hops == 0 and HOSTED.session_idle_s == 300
+    room = HOSTED.with_room(sessions=45, per_address=30, proxy_hops=2)
+    assert (room.max_sessions, room.max_sessions_per_address, room.queue_size, room.proxy_hops) == (45, 30, 90, 2)
+    assert HOSTED.with_room() == HOSTED and HOSTED.with_room(proxy_hops=0).proxy_hops == 0
     with pytest.raises(ConfigError, match="--max-sessions-per-address must be at least 1, not 0"):
         HOSTED.with_room(per_address=0)
+    with pytest.raises(ConfigError, match="--proxy-hops must be at least 0, not -1"):
+        HOSTED.with_room(proxy_hops=-1)
 
 
-def test_the_client_address_is_the_proxys_forwarded_address_else_the_peer():
+def test_the_client_address_is_the_entry_the_trusted_proxies_added_else_the_peer():
     peer = type("Peer", (), {"host": "172.16.0.9"})()
-    assert client_address(type("R", (), {"headers": {"x-forwarded-for": "203.0.113.7, 10.1.2.3"},
-                                          "client": peer})()) == "203.0.113.7"
-    assert client_address(type("R", (), {"headers": {}, "client": peer})()) == "172.16.0.9"
+
+    def request(forwarded: str | None):
+        return type("R", (), {"headers": {} if forwarded is None else {"x-forwarded-for": forwarded}, "client": peer})()
+
+    # a client wrote its own first entry; the Space's proxy appended the address it saw
+    assert client_address(request("1.2.3.4, 203.0.113.7")) == "203.0.113.7"
+    assert client_address(request("1.2.3.4, 203.0.113.7"), proxy_hops=1) == "203.0.113.7"
+    assert client_address(request("1.2.3.4,203.0.113.7, 10.1.2.3"), proxy_hops=2) == "203.0.113.7"
+    assert client_address(request("203.0.113.7"), proxy_hops=2) == "203.0.113.7"  # fewer entries than hops
+    assert client_address(request("1.2.3.4"), proxy_hops=0) == "172.16.0.9"  # no proxy: the header is the client's
+    assert client_address(request(None)) == client_address(request(" , ")) == "172.16.0.9"
     assert client_address(None) == ""
+
+
+def test_a_full_app_gives_the_slot_of_the_session_idle_longest_to_a_newcomer():
+    clock = Clock()
+    live = LiveSessions(limit=3, lease_s=180, idle_s=60, clock=clock)
+    visits = {page: Visit() for page in ("stepping", "idle", "idler")}
+    for page, visit in visits.items():
+        live.admit(page, visit, Visitor("10.0.0.1"))
+        clock.now_s += 1
+    with pytest.raises(SessionStateError, match="full: 3 sessions are in.*run nothing for 1 min.*frees in 57 s"):
+        live.check_room("newcomer")  # no session has been idle a minute yet
+    for _ in range(4):  # every page renews its lease (a figure asked, a timer tick); one also steps
+        clock.now_s += 20
+        for page in visits:
+            live.renew(page, active=page == "stepping")
+    live.admit("newcomer", Visit(), Visitor("10.0.0.2"))
+    assert visits["idle"].closed and live.yielded("idle") and live.visit("idle") is None
+    assert not visits["idler"].closed and not visits["stepping"].closed and not live.yielded("idler")
+    live.admit("second", Visit(), Visitor("10.0.0.3"))  # the next idlest: "idler"
+    assert visits["idler"].closed and not visits["stepping"].closed
+    with pytest.raises(SessionStateError, match="full: 3 sessions are in"):
+        live.check_room("third")  # the newcomers and the stepping page are active
+    live.release("second")
+    live.admit("idle", Visit())  # the page that yielded starts again
+    assert not live.yielded("idle")
+
+
+def test_a_visitor_at_its_address_cap_takes_no_idle_slot():
+    clock = Clock()
+    live = LiveSessions(limit=2, per_address=1, lease_s=180, idle_s=60, clock=clock)
+    idle = Visit()
+    live.admit("idle", idle, Visitor("10.0.0.1"))
+    live.admit("mine", Visit(), Visitor("10.0.0.2"))
+    clock.now_s += 100
+    live.renew("idle")
+    with pytest.raises(SessionStateError, match="One network address may hold at most 1"):
+        live.check_room("another of mine", Visitor("10.0.0.2"))
+    assert not idle.closed
 
 
 def test_the_event_gate_admits_until_a_page_has_its_cap_in_the_queue():
@@ -202,7 +252,7 @@ def test_the_event_gate_admits_until_a_page_has_its_cap_in_the_queue():
     gate = EventGate(2, lambda page: queued[page])
     gate.admit("page")
     queued["page"] |= {"e1", "e2"}  # Gradio queued the first and a second event
-    with pytest.raises(SessionStateError, match="This page already has 2 steps or redraws in the queue"):
+    with pytest.raises(SessionStateError, match="This page already has 2 steps, redraws or exports in the queue"):
         gate.admit("page")
     gate.admit("other")  # another page is not held back
     queued["page"].discard("e1")  # the running one ended

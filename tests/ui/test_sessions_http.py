@@ -2,7 +2,7 @@
 
 Clients here are `PlainClient`s (tests/served_app.py): plain HTTP, no heartbeat, no timer, each with
 its own address in `x-forwarded-for` as a Space's proxy sends it. Twenty of them fill every session
-slot and then never come back; the lease (cut to 6 s here) frees the slots. One page's burst of
+slot and then never come back; the lease (cut to 20 s here) frees the slots. One page's burst of
 events is cut at its cap while another page is served. A 30 MB prompt is refused before it is
 queued, by a server in its own process so that its memory is read apart from the client's.
 Run with `-s` to print the measured figures.
@@ -22,17 +22,21 @@ from pathlib import Path
 
 import httpx
 import pytest
-from served_app import PlainClient, serving, status_of, wait_until
+from served_app import PlainClient, build_app, serving, status_of, wait_until
 from tiny_models import tiny_model
 
 from explorer.runner.session import InferenceSession
+from explorer.ui import handlers
+from explorer.ui.handlers import saved as saved_handlers
+from explorer.ui.handlers.steps import freed_text
 from explorer.ui.hosting import HOSTED
+from explorer.ui.layout import launch_options
 
 # The hosted lease (3 minutes) cut so the test runs in seconds, yet long enough that all twenty
 # prefills (each drawing the view on screen) are served before the first lease runs out, on a busy
 # 2-core machine too.
-LEASE_S = 6.0
-HOSTED_FAST = dataclasses.replace(HOSTED, session_lease_s=LEASE_S)
+LEASE_S = 20.0
+HOSTED_FAST = dataclasses.replace(HOSTED, session_lease_s=LEASE_S, max_sessions=20)
 PROMPT = {"Prompt": "Hi there!", "Use the chat template": False}
 TESTS = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -94,10 +98,80 @@ def test_one_pages_burst_is_cut_at_its_cap_and_another_page_is_served(model, mon
         go.set()
         assert "**step 1**" in status_of(other.results()[0])
         assert codes.count(200) == 2 and codes.count(400) == 10, codes
-        assert refusals == {"This page already has 2 steps or redraws in the queue (the explorer runs one at a time "
-                            "for everyone); this one was not added. Wait until they finish, then try again."}
+        assert refusals == {"This page already has 2 steps, redraws or exports in the queue (the explorer runs one "
+                            "at a time for everyone); this one was not added. Wait until they finish, then try again."}
         assert [status_of(m).split("\n\n")[-1][:10] for m in page.results(2)] == ["**step 1**", "**step 2**"]
         assert page.join("decode").status_code == 200  # once they finished, the page may send more
+
+
+def test_one_address_at_its_cap_leaves_slots_that_a_visitor_from_another_address_gets(model):
+    with serving(model, HOSTED) as (url, served):
+        hall = [PlainClient(url, "198.51.100.20") for _ in range(HOSTED.max_sessions_per_address + 1)]
+        statuses = [status_of(client.call("prefill", PROMPT)) for client in hall]
+        assert sum("**prefill**" in status for status in statuses) == 48 and len(served.live) == 48
+        assert "One network address may hold at most 48 sessions at once here" in statuses[-1]
+        assert "**prefill**" in status_of(PlainClient(url, "198.51.100.21").call("prefill", PROMPT))
+        print(f"\none address holds {len(served.live) - 1} of {HOSTED.max_sessions} slots; another address was served")
+
+
+def test_a_client_that_writes_its_own_first_forwarded_entry_counts_as_the_proxys_address(model):
+    with serving(model, HOSTED.with_room(per_address=1)) as (url, served):
+        # the Space's proxy appends the address it saw (10.9.9.9) after whatever the client wrote
+        first, posing = PlainClient(url, "203.0.113.1, 10.9.9.9"), PlainClient(url, "203.0.113.2, 10.9.9.9")
+        assert "**prefill**" in status_of(first.call("prefill", PROMPT))
+        refused = status_of(posing.call("prefill", PROMPT))
+        assert "One network address may hold at most 1 sessions at once here" in refused, refused
+        assert "**prefill**" in status_of(PlainClient(url, "203.0.113.2, 10.9.9.10").call("prefill", PROMPT))
+
+
+def test_a_script_that_only_asks_figures_loses_its_idle_slots_to_newcomers(model):
+    idle_s = 1.0  # minutes on a Space; a second here
+    with serving(model, dataclasses.replace(HOSTED, max_sessions=3, session_idle_s=idle_s)) as (url, served):
+        script = [PlainClient(url, "10.0.0.1") for _ in range(3)]
+        for client in script:
+            assert "**prefill**" in status_of(client.call("prefill", PROMPT))
+        visits = [served.live.visit(client.session_hash) for client in script]
+        newcomer = PlainClient(url, "10.0.0.2")
+        assert "The explorer is full: 3 sessions are in" in status_of(newcomer.call("prefill", PROMPT))
+        deadline = time.monotonic() + 1.5 * idle_s
+        while time.monotonic() < deadline:  # each figure renews the script's leases, but is no activity
+            assert all(client.call("figure", {"view": "forward"})["success"] for client in script)
+        assert "**prefill**" in status_of(newcomer.call("prefill", PROMPT))
+        yielded = [client for client in script if served.live.visit(client.session_hash) is None]
+        assert len(yielded) == 1 and yielded[0] is script[0]  # the session idle longest
+        assert not visits[0].open and visits[1].open and visits[2].open
+        # the page says so on its next tick
+        tick = handlers.ServedHandlers(served).on_lease_tick(Page(script[0].session_hash), visits[0])
+        assert "a newcomer has its slot" in tick and "Press Prefill to start again" in tick
+        assert "no sign of life" in freed_text(visits[0])  # a page freed by its lease says that instead
+
+
+def test_an_export_flood_from_one_page_refuses_no_other_pages_step(model, monkeypatch):
+    write, go = saved_handlers.write_export, threading.Event()
+
+    def held_write(*args, **kwargs):  # the exports hold their queue until the test lets them go
+        go.wait(30)
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(saved_handlers, "write_export", held_write)
+    with serving(model, dataclasses.replace(HOSTED, max_sessions=5)) as (url, served):  # a queue of 10
+        page, other = PlainClient(url, "10.0.0.1"), PlainClient(url, "10.0.0.2")
+        for client in (page, other):
+            client.call("prefill", PROMPT)
+        with ThreadPoolExecutor(8) as pool:
+            flood = [answer.status_code for answer in pool.map(lambda _: page.join("export"), range(30))]
+        steps = [other.join("decode").status_code for _ in range(2)]
+        go.set()
+        assert flood.count(200) == 2 and flood.count(400) == 28, flood
+        assert steps == [200, 200]
+        assert [status_of(m).split("\n\n")[-1][:10] for m in other.results(2)] == ["**step 1**", "**step 2**"]
+
+
+class Page:
+    """A Gradio request of the page with this session hash."""
+
+    def __init__(self, session_hash: str) -> None:
+        self.session_hash = session_hash
 
 
 def test_the_prompt_boxes_stop_at_the_character_cap(model):
@@ -170,3 +244,28 @@ def test_a_run_of_16_tokens_lets_another_pages_next_token_through_within_a_few_s
         assert steps() == 16 and meanwhile <= 4  # a wait for the whole run would count its rest, about 12
         for client in (runner, other):
             client.close()
+
+
+def test_closed_pages_leave_no_session_and_no_records_in_gradio(model, monkeypatch):
+    """Each closed page's session and Gradio's records of it (about 340 KB a page, kept an hour
+    otherwise) are freed, so open/close cycles do not grow the server (benchmarks/bench_closed_pages.py
+    measures its RSS)."""
+    from gradio_client import Client
+
+    monkeypatch.setenv("GRADIO_HEARTBEAT_INTERVAL", "0.5")
+    demo, served = build_app(model, HOSTED)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **launch_options(HOSTED))
+    try:
+        for _ in range(4):
+            client = Client(f"http://127.0.0.1:{port}/", verbose=False, download_files=False)
+            client.predict(prompt="Hi there", use_chat_template=False, api_name="/prefill")
+            assert len(demo.state_holder.session_data) >= 1
+            client.close()
+        assert wait_until(lambda: len(served.live) == 0 and not demo.state_holder.session_data, 30), (
+            len(served.live), len(demo.state_holder.session_data))
+    finally:
+        demo.close()

@@ -12,6 +12,7 @@ from explorer.figures.lab.frame import presenter_frame
 from explorer.figures.theme import empty_figure, presenter_style
 from explorer.lab.params import read_params
 from explorer.lab.table import LAB, Experiment
+from explorer.ui.bounds import NUMBER_TEXT_MAX, number_text
 from explorer.ui.handlers.controls import index
 from explorer.ui.handlers.redraw import is_open
 from explorer.ui.toasts import shows_errors
@@ -104,6 +105,10 @@ def on_lab_click(visit: Visit | None, name: str, first: float | None = None, sec
                           f"shared app: `llm-explorer lab {name} PROMPT` on your machine.")
     values = dict(zip((param.name for param in number_params(experiment)), (first, second, third, fourth),
                       strict=False))
+    for param in number_params(experiment):  # the lab's own check would echo a 300-digit number in full
+        if values.get(param.name) is not None and len(str(values[param.name])) > NUMBER_TEXT_MAX:
+            raise ConfigError(f"{param.label} must be {param.minimum} to {param.maximum}, "
+                              f"not {number_text(values[param.name])}.")
     if menu_param(experiment) is not None:
         values[menu_param(experiment).name] = choice
     params = read_params(experiment.params, values, hosted=visit.limits.lab_caps)

@@ -19,6 +19,7 @@ from explorer.ui.hosting import Served
 from explorer.ui.links import LINK_FIELDS, query_string
 from explorer.ui.live import visitor_of
 from explorer.ui.toasts import shows_errors
+from explorer.ui.uploads import delete_upload
 from explorer.ui.views import Visit, render
 
 
@@ -27,9 +28,12 @@ def open_saved(served: Served, page: str, request: gr.Request | None, path: str,
     every view drawn first (a file that cannot be shown is refused, the page's session kept).
     Returns the step outputs with every view drawn, then the run's prompt and sampling controls."""
     served.registry.pending.wait()  # the views import the runner, which the start-up load imports first
-    visit = Visit.replay(*load_run(path), served.limits)
+    try:
+        visit = Visit.replay(*load_run(path), served.limits)
+    finally:
+        delete_upload(path)  # read: the upload is no longer needed (nor counted against its address)
     outputs = replay_outputs(visit, view)
-    served.live.admit(page, visit, visitor_of(request))
+    served.live.admit(page, visit, visitor_of(request, served.limits.proxy_hops))
     return (*outputs, *restored_controls(visit.run))
 
 
@@ -67,8 +71,12 @@ def on_view_html_click(visit: Visit | None, step: int | None, layer: int, averag
     return str(write_view_html(visit, figure, f"explorer-{shown}-step-{options.step}.html"))
 
 
-def show_download(path: str | None) -> dict:
-    """A download button once its file is written: shown, named after the file with its size."""
+def show_download(path: str | dict | None) -> dict:
+    """A download button once its file is written: shown, named after the file with its size. `path`
+    is the button's value as the page sends it (Gradio's file data, a dict with its "path", the event
+    not preprocessed: a `gr.DownloadButton`'s preprocess leaves an empty temporary file behind)."""
+    if isinstance(path, dict):
+        path = path.get("path")
     if not path:
         return gr.update(visible=False)
     size_bytes = Path(path).stat().st_size

@@ -15,6 +15,7 @@ from explorer.errors import ConfigError, ExplorerError, PromptError, SessionStat
 from explorer.figures.views import VIEWS
 from explorer.runner.prompts import check_prompt_chars
 from explorer.ui.handlers.controls import PROMPT_INPUTS, PromptControls, SamplingControls, ViewControls
+from explorer.ui.handlers.experiments import on_lab_click
 from explorer.ui.handlers.outputs import RESTORED_INPUTS, STEP_OUTPUTS, empty_outputs
 from explorer.ui.handlers.redraw import is_open
 from explorer.ui.handlers.saved import open_saved
@@ -97,6 +98,26 @@ class ServedHandlers:
             options = replace(options, hardware=own_hardware(visit, options.step))
         return render(visit, options, view).to_json()
 
+    def on_lab_call(self, name: str = "prefix", first: int | None = None, second: int | None = None,
+                    third: int | None = None, fourth: int | None = None, choice: str | None = None,
+                    presenter: bool = False, request: gr.Request | None = None) -> tuple[str, str]:
+        """One of the lab's experiments run on this client's prompt (`on_lab_click`), for API clients.
+
+        Args:
+            name: the experiment (`explorer.lab.table.LAB`).
+            first, second, third, fourth: its number parameters in its row's order; None (left out): the default.
+            choice: the name of its menu's entry (quant's "int4", evict's "renumbered"); None: the default.
+            presenter: larger text, for a projector.
+
+        Returns its figure as Plotly JSON text (`plotly.io.from_json`) and its lesson text (Markdown).
+        Errors are `on_lab_click`'s (already messages: `shows_errors`).
+        """
+        page = page_of(request)
+        self.served.live.renew(page, active=True)
+        figure, lesson = on_lab_click(self.served.live.visit(page), name, first, second, third, fourth, choice,
+                                      presenter)
+        return figure.to_json(), lesson
+
     def on_model_select(self, choice: str) -> tuple:
         """The prompt controls for a menu entry: a text prompt with the chat-template controls, or, for a
         shape-only model without a tokenizer, a prompt length (the text box then says it is not used)."""
@@ -111,14 +132,17 @@ class ServedHandlers:
         return empty_outputs()
 
     @shows_errors
-    def on_import_upload(self, request: gr.Request | None, path: str | None, *view_controls):
+    def on_import_upload(self, request: gr.Request | None, path: str | dict | None, *view_controls):
         """Show a saved run (no model needed): every view, every step (`open_saved`). Returns the
         step outputs with every view drawn, then the prompt and sampling controls as the run had them
         (`RESTORED_INPUTS` order; those the file does not hold are left as they are).
 
         The file is checked against the saved-run schema and drawn before it becomes the page's
         session: a file that cannot be shown is refused with a message, and the page's session and
-        views stay as they were."""
+        views stay as they were. `path`: the file, or Gradio's file data for it (a dict with its "path":
+        the event is not preprocessed). The uploaded file is deleted once read."""
+        if isinstance(path, dict):
+            path = path.get("path")
         if not path:
             return tuple(gr.skip() for _ in range(STEP_OUTPUTS + len(RESTORED_INPUTS)))
         return open_saved(self.served, page_of(request), request, path, ViewControls(*view_controls))
@@ -137,35 +161,49 @@ class ServedHandlers:
         return (*(values.get(field, gr.skip()) for field in LINK_FIELDS), gr.update(interactive=True))
 
     def on_page_close(self, request: gr.Request | None = None) -> None:
-        """Free the session of a page that closed (and refuse one its running step would admit later)."""
+        """Free the session of a page that closed (and refuse one its running step would admit later),
+        and Gradio's records of the page."""
         self.served.live.release(page_of(request), page_closed=True)
+        if self.served.drop_page_state is not None:
+            self.served.drop_page_state(page_of(request))
 
     def on_lease_tick(self, request: gr.Request | None, visit: Visit | None = None):
         """The page's timer ticked, so the page is open: renew its session's lease (and free the
         sessions whose lease ran out). A page whose session was freed meanwhile (it was quiet past its
-        lease: a laptop asleep) says so on its status line, with the click that starts again; any
-        other page's status line is left as it is."""
-        self.served.live.renew(page_of(request))
+        lease: a laptop asleep; or it ran nothing for a while and gave its slot to a newcomer) says so
+        on its status line, with the click that starts again; any other page's status line is left as it is."""
+        page = page_of(request)
+        self.served.live.renew(page)
         if visit is None or visit.open:
             return gr.skip()
-        return freed_text(visit)
+        return freed_text(visit, self.served.live.yielded(page))
 
-    async def validate_model_event(self, request: gr.Request | None, *inputs) -> list[dict]:
-        """Gradio's validator of a model event, run as the page sends it, before it is queued: the page
-        is open (its lease is renewed) and, where the app caps them, may have one more model event queued.
+    async def validate_model_event(self, request: gr.Request | None, *inputs, **named_inputs) -> list[dict]:
+        """Gradio's validator of every queued event of a page (a step, a redraw, an export, a figure,
+        a reset...), run as the page sends it, before it is queued: the page is open (its lease is
+        renewed) and, where the app caps them, may have one more event queued. A lease renewed is not
+        activity (`validate_step`).
 
         Async, and the cap checked last: Gradio queues the event before it runs another validator
         (`EventGate`). Returns `gr.validate(True, "")` for each of the event's inputs.
 
         Raises:
-            SessionStateError: the page has `Limits.max_pending_events` model events in the queue (Gradio
+            SessionStateError: the page has `Limits.max_pending_events` events in the queue (Gradio
                 answers the push with the message, which the page shows as a toast).
         """
+        return await self._admit(request, len(inputs) + len(named_inputs), active=False)
+
+    async def validate_step(self, request: gr.Request | None, *inputs, **named_inputs) -> list[dict]:
+        """`validate_model_event` for an event that runs the page's inference on (a step, a run, an
+        experiment): its session is active, so it keeps its slot in a full app (`LiveSessions`)."""
+        return await self._admit(request, len(inputs) + len(named_inputs), active=True)
+
+    async def _admit(self, request: gr.Request | None, n_inputs: int, active: bool) -> list[dict]:
         # renewing may close expired sessions, which waits for a step in flight: not on the event loop
-        await asyncio.to_thread(self.served.live.renew, page_of(request))
+        await asyncio.to_thread(self.served.live.renew, page_of(request), active)
         if self.served.events is not None:
             self.served.events.admit(page_of(request))
-        return [gr.validate(True, "") for _ in inputs]
+        return [gr.validate(True, "") for _ in range(n_inputs)]
 
     async def validate_prefill(self, request: gr.Request | None, *inputs) -> list[dict]:
         """`validate_model_event` for Prefill, after refusing, before it is queued, a prompt or system
@@ -188,7 +226,7 @@ class ServedHandlers:
         except ExplorerError as exc:
             results[index] = gr.validate(False, str(exc))
             return results
-        return await self.validate_model_event(request, *inputs)
+        return await self.validate_step(request, *inputs)
 
     def expiry_callback(self):
         """A `gr.State` delete callback that frees the session of a page idle past its time to live.

@@ -42,7 +42,7 @@ def prefill(served: Served, page: str, request: gr.Request | None, progress: gr.
 
     session = InferenceSession(loaded, settings, max_prompt_tokens=served.limits.max_prompt_tokens,
                                limit_advice=served.limit_advice())
-    visitor = visitor_of(request)
+    visitor = visitor_of(request, served.limits.proxy_hops)
     served.live.check_room(page, visitor)
     with model_lock(loaded.model).turn(shown_waits(progress)):
         _prefill(session, prompt, progress)
@@ -159,12 +159,18 @@ def _decode(visit: Visit, count: int, sampling: SamplingControls, view: ViewCont
         yield outputs
 
 
-def freed_text(visit: Visit) -> str:
-    """What a page whose session was freed says: why, and the one click that starts again."""
-    return (f"This page's session was freed: the page showed no sign of life for {_minutes(visit.limits.session_lease_s)} "
-            "(a tab in the background, a computer asleep, a dropped connection), so another visitor could have its "
-            "slot. Press Prefill to start again: your prompt and settings are still here. A run you exported opens "
-            "again from Settings: Load a saved run.")
+def freed_text(visit: Visit, yielded: bool = False) -> str:
+    """What a page whose session was freed says: why (`yielded`: it gave its slot to a newcomer in a
+    full app, having run nothing for a while), and the one click that starts again."""
+    if yielded:
+        idle_s = visit.limits.session_idle_s or visit.limits.session_lease_s
+        why = (f"it ran no step, run or experiment for {_minutes(idle_s)} while the explorer was full, so a "
+               "newcomer has its slot")
+    else:
+        why = (f"the page showed no sign of life for {_minutes(visit.limits.session_lease_s)} (a tab in the "
+               "background, a computer asleep, a dropped connection), so another visitor could have its slot")
+    return (f"This page's session was freed: {why}. Press Prefill to start again: your prompt and settings are "
+            "still here. A run you exported opens again from Settings: Load a saved run.")
 
 
 def _minutes(seconds: float) -> str:
