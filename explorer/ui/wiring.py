@@ -27,6 +27,9 @@ MODEL_QUEUE = "model"  # every event that may run the model shares one queue, on
 # ...but a run of N tokens, whose steps take turns on the model with every other page's
 # (`explorer.ui.handlers.turns`): runs go side by side, one per live session at most
 TURNS_QUEUE = "turns"
+# ...and the experiments, whose passes take turns on the model too (`explorer.runner.passes`): two at once,
+# so no page's step waits behind a whole experiment and no more than two experiments' copies are held
+LAB_QUEUE, LAB_AT_ONCE = "lab", 2
 # The figure of the selected tab, saved by plotly.js in the browser (named after its layout.meta).
 SAVE_SVG_JS = """() => {
   const figure = [...document.querySelectorAll('#views .js-plotly-plot')].find(e => e.offsetParent !== null);
@@ -187,14 +190,15 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     # the tab shows the run's experiment where it ran one (a saved run's too)
     c["tabs"]["equivalence"].select(handlers.on_equivalence_tab, c["visit"], c["plots"]["equivalence"],
                                     show_progress="hidden", api_visibility="private")
+    lab_queue = model_queue | {"concurrency_id": LAB_QUEUE, "concurrency_limit": LAB_AT_ONCE}
     c["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["equivalence_steps"]],
-                               c["plots"]["equivalence"], show_progress="minimal", **model_queue)
+                               c["plots"]["equivalence"], show_progress="minimal", **lab_queue)
     c["lab_select"].input(handlers.on_lab_select, c["lab_select"], [*c["lab_params"], c["lab_text"]],
                           queue=False, show_progress="hidden", api_visibility="private")
     # the experiment's setup folds away once it ran, so its lesson text rises beside the figure
     c["lab_btn"].click(handlers.on_lab_click, [c["visit"], c["lab_select"], *c["lab_params"], c["presenter"]],
                        [c["plots"]["lab"], c["lab_text"]], show_progress="minimal", api_name="lab",
-                       api_description=API["lab"], concurrency_id=MODEL_QUEUE,
+                       api_description=API["lab"], concurrency_id=LAB_QUEUE, concurrency_limit=LAB_AT_ONCE,
                        validator=app.validate_model_event).success(
         lambda: gr.update(open=False), None, c["lab_setup"], queue=False, show_progress="hidden",
         api_visibility="private")

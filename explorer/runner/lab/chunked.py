@@ -19,7 +19,7 @@ from explorer.lab.chunked import (
 )
 from explorer.runner.lab.common import (
     check_runnable,
-    exclusive,
+    passes_on,
     forward,
     greedy,
     median_ms,
@@ -49,7 +49,7 @@ def run_chunked(loaded: LoadedModel, prompt_ids: list[int], chunk: int = 16, rep
     """
     check_runnable(loaded, prompt_ids)
     plan = plan_chunks(len(prompt_ids), chunk)
-    with exclusive(loaded) as model:
+    with passes_on(loaded) as model:
         embed = model.get_input_embeddings()
         with output_shapes(embed) as full_shape:
             full_cache = new_cache(model)

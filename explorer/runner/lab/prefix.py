@@ -9,7 +9,7 @@ from explorer.errors import PromptError
 from explorer.lab.prefix import FOLLOW_UP, PrefixCacheResult
 from explorer.runner.lab.common import (
     check_runnable,
-    exclusive,
+    passes_on,
     forward,
     greedy,
     median_ms,
@@ -46,7 +46,7 @@ def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repe
                           f"not {prefix}.")
     suffix = _follow_up_ids(loaded)
     second = prompt_ids[:shared] + suffix
-    with exclusive(loaded) as model:
+    with passes_on(loaded) as model:
         first_cache = new_cache(model)
         forward(model, prompt_ids, first_cache)  # request A
         embed = model.get_input_embeddings()
