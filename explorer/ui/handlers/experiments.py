@@ -49,9 +49,10 @@ def on_equivalence_click(visit: Visit | None, steps: float | None, progress: gr.
     from explorer.runner.equivalence import run_equivalence  # a session ran: the runner is imported
     from explorer.runner.passes import waits_shown
 
+    run = visit.run  # the page's other events run meanwhile: the result goes to the run it was asked for
     with waits_shown(shown_waits(progress, "passes")):
-        visit.run.equivalence = run_equivalence(visit.session.loaded, visit.run.steps[0].input_ids, max(1, count))
-    return equivalence_figure(visit.run.equivalence, visit.run.piece)
+        run.equivalence = run_equivalence(visit.session.loaded, run.steps[0].input_ids, max(1, count))
+    return equivalence_figure(run.equivalence, run.piece)
 
 
 def lab_param_box(experiment: Experiment, slot: int) -> dict:
