@@ -57,7 +57,8 @@ class OtherPage(threading.Thread):
         lock = model_lock(self.model)
         with torch.inference_mode():
             cache = DynamicCache(config=self.model.config)
-            self.model(input_ids=torch.tensor([self.prompt_ids]), cache=cache, use_cache=True)
+            with lock:  # the page's prefill (every pass on the shared model in a turn of its own)
+                self.model(input_ids=torch.tensor([self.prompt_ids]), cache=cache, use_cache=True)
             while not self.stop.is_set():
                 began = time.perf_counter()
                 with lock.turn(self._ahead):
