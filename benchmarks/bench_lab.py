@@ -8,7 +8,8 @@ longest wait and the most turns it saw ahead of it are printed. With `--whole-ru
 holds the model's lock for its whole run, as experiments did before they took turns pass by pass,
 so one run of the script prints both ways side by side on the same machine.
 
-Run: python benchmarks/bench_lab.py [--only quant,evict] [--whole-run] [--threads N]
+Run: python benchmarks/bench_lab.py [--only quant,evict] [--params default,worst] [--whole-run] [--alone]
+[--threads N]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from explorer.runner.lab import RUNNERS
 from explorer.runner.locks import model_lock
 from explorer.runner.loading import load_model
 from explorer.runner.session import InferenceSession
+from explorer.runner.step_order import crop_cache
 
 PROMPT = "The capital of France is Paris. Tell me about the history of the city, its river and its bridges."
 # the slowest run each experiment's hosted caps allow (`LabParam.hosted_maximum`; uncapped sizes at the
@@ -64,16 +66,20 @@ class OtherPage(threading.Thread):
                 with lock.turn(self._ahead):
                     self.waits_ms.append((time.perf_counter() - began) * 1e3)
                     self.model(input_ids=torch.tensor([[self.prompt_ids[-1]]]), cache=cache, use_cache=True)
-                    cache.crop(len(self.prompt_ids))
+                    crop_cache(cache, len(self.prompt_ids))
                 time.sleep(0.02)  # the page draws its figure meanwhile
 
     def _ahead(self, ahead: int) -> None:
         self.most_ahead = max(self.most_ahead, ahead)
 
 
-def timed(loaded, name: str, ids: list[int], params: dict, whole_run: bool) -> tuple[float, OtherPage]:
-    """One run of experiment `name` with `params`, another page stepping meanwhile; (seconds, that page)."""
+def timed(loaded, name: str, ids: list[int], params: dict, whole_run: bool,
+          alone: bool) -> tuple[float, OtherPage]:
+    """One run of experiment `name` with `params`, another page stepping meanwhile (unless `alone`);
+    (seconds, that page)."""
     other = OtherPage(loaded.model, ids)
+    if alone:
+        other.stop.set()  # its prefill only, before the run
     other.start()
     time.sleep(0.2)
     held = model_lock(loaded.model) if whole_run else contextlib.nullcontext()
@@ -89,7 +95,9 @@ def timed(loaded, name: str, ids: list[int], params: dict, whole_run: bool) -> t
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(LAB), help="experiments, comma-separated")
+    parser.add_argument("--params", default="default,worst", help="default, worst (in the hosted caps), or both")
     parser.add_argument("--whole-run", action="store_true", help="also run each holding the lock for its whole run")
+    parser.add_argument("--alone", action="store_true", help="no other page stepping: the run's own time")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
     if args.threads:
@@ -103,9 +111,11 @@ def main() -> None:
           f"{'max ms':>8} {'most ahead':>10}")
     for name in args.only.split(","):
         defaults = {param.name: param.default for param in LAB[name].params}
-        for label, params in (("default", defaults), ("worst", defaults | WORST_IN_CAPS[name])):
+        chosen = {"default": defaults, "worst": defaults | WORST_IN_CAPS[name]}
+        for label in args.params.split(","):
+            params = chosen[label]
             for whole_run in ways:
-                seconds, other = timed(loaded, name, ids, params, whole_run)
+                seconds, other = timed(loaded, name, ids, params, whole_run, args.alone)
                 waits = other.waits_ms or [0.0]
                 print(f"{name:<12} {label:<9} {'whole run' if whole_run else 'by pass':<10} {seconds:>7.1f} "
                       f"{len(other.waits_ms):>10} {statistics.median(waits):>9.0f} {max(waits):>8.0f} "
