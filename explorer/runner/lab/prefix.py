@@ -24,7 +24,7 @@ from explorer.runner.step_order import crop_cache
 GREEDY_TOKENS = 8  # the continuation compared
 
 
-def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repeats: int = 5) -> PrefixCacheResult:
+def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repeats: int = 3) -> PrefixCacheResult:
     """Prefill request A (`prompt_ids`), then request B = A's first `prefix` tokens + `FOLLOW_UP` two
     ways: a full prefill of B on an empty cache, and B's suffix on a copy of A's cache cropped to
     `prefix` positions; compare their logits over B's suffix and their greedy continuations.
