@@ -5,6 +5,7 @@ first use, so `import explorer` alone stays cheap (no torch, no gradio).
 """
 
 __version__ = "0.1.0"
+__all__ = ["Explorer"]
 
 
 def __getattr__(name: str):

@@ -2,4 +2,5 @@ import sys
 
 from explorer.cli import main
 
-sys.exit(main(prog="python -m explorer"))
+if __name__ == "__main__":  # not when a spawned process (the lab's ranks) imports it again
+    sys.exit(main(prog="python -m explorer"))

@@ -46,6 +46,13 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("llm-inference-explorer"))
 
 
+def data_dir() -> Path:
+    """Where the explorer keeps files fetched once (the embedded model's GGUF): the user data directory,
+    `platformdirs.user_data_dir("llm-inference-explorer")`, whatever `$EXPLORER_CACHE_DIR` says. The
+    folder may not exist yet."""
+    return Path(platformdirs.user_data_dir("llm-inference-explorer"))
+
+
 def preset_names() -> list[str]:
     """Names of the shipped shape-only presets, sorted."""
     return sorted(PRESET_SOURCES)
@@ -100,6 +107,8 @@ def read_json_object(path: Path, what: str) -> dict:
 MIN_TEMPERATURE = 0.01
 MAX_TEMPERATURE = 100.0
 SEED_LIMIT = 2**63  # torch.Generator.manual_seed takes a 64-bit signed value
+# The most sequences one run takes together (`InferenceSession.prefill(batch=...)`).
+MAX_BATCH = 256
 
 
 @dataclass(frozen=True)

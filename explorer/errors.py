@@ -8,6 +8,11 @@ class ExplorerError(Exception):
     """Base class: an error whose message is meant for the person using the explorer."""
 
 
+class UsageError(ExplorerError, ValueError):
+    """Command-line options that do not fit one another or the model (the CLI's exit code 2, as
+    argparse's own usage errors): a layer the model lacks, a flag of the other stage, an empty prompt."""
+
+
 class UnknownPresetError(ExplorerError, KeyError):
     """A shape-only preset name that the explorer does not ship."""
 

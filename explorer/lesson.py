@@ -19,6 +19,7 @@ from explorer.analysis.measured import Scenario, StepCosts, scenario_costs
 from explorer.analysis.roofline import StepRoofline, costs_roofline
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
 from explorer.figures.kv_bytes import bytes_text, total_bytes
+from explorer.figures.lens import MAX_COLUMNS, LensColumns
 from explorer.figures.theme import si_text
 from explorer.run import Run
 from explorer.trace import StepTrace
@@ -242,13 +243,17 @@ def _lens(i: LessonInputs) -> str:
              "already the top-1 of the embedding itself" if first == 0 else
              f"first the top-1 after **layer {first - 1}** of {rows - 1}")
     middle = rows // 2
+    # the embedding row over the positions the figure beside it draws: every step's up to this one
+    records = [i.run.lens(s) for s in range(i.step + 1)]
+    shown = LensColumns.join([r for r in records if r is not None])
+    columns = range(max(0, len(shown.positions) - MAX_COLUMNS), len(shown.positions))
     fed = i.run.ids
-    own = int(sum(int(lens.top_ids[0, c, 0]) == fed[p] for c, p in enumerate(lens.positions)))
+    own = int(sum(int(shown.top_ids[0, c, 0]) == fed[shown.positions[c]] for c in columns))
     return (f"Each row reads the residual stream after one layer through the model's own final norm and LM head, "
             f"over all its tokens: what the model would say if it stopped there. At {_label(step)} it chose "
             f"{_quoted(i.run.piece(chosen))}, {where}; its probability is {lens.next_probs[middle, -1]:.2g} after layer "
             f"{middle - 1} and **{lens.next_probs[-1, -1]:.2f}** at the output (the model's own logits, bit for bit). "
-            f"The embedding row names the input token itself at {own} of {len(lens.positions)} positions "
+            f"The embedding row names the input token itself at {own} of the {len(columns)} positions drawn "
             f"({'a tied LM head reads its own embedding back' if own else 'the LM head is not the embedding'}). "
             "(Computed from the step's activations.)")
 

@@ -28,6 +28,7 @@ from explorer.figures.view_fetch import own_hardware
 from explorer.figures.view_types import ViewOptions, ViewSources
 from explorer.figures.views import VIEWS, render
 from explorer.run import AttentionSource, Run
+from explorer.run_summary import summary_html, summary_line
 from explorer.runner.drive import decode_steps
 from explorer.runner.loading import LoadedModel, load
 from explorer.runner.session import InferenceSession
@@ -173,6 +174,26 @@ class Explorer:
             ExportError: the file cannot be written.
         """
         return save_run(self.run, self._attention(), Path(path))
+
+    def __repr__(self) -> str:
+        """One line: the model and, once there is a run, its steps, tokens and text (`explorer.run_summary`)."""
+        return summary_line(*self._model_said()[:1], self._run_or_none(), saved=self._saved is not None)
+
+    def _repr_html_(self) -> str:
+        """The run at a glance in a notebook: the model, the prompt, the steps and tokens so far, the
+        text, and a table of the steps (`explorer.run_summary`)."""
+        return summary_html(*self._model_said(), self._run_or_none(), saved=self._saved is not None)
+
+    def _model_said(self) -> tuple[str, str]:
+        """The model's name and description: the loaded model's, or the saved run's."""
+        if self._saved is not None:
+            return self._saved[0].model, self._saved[0].description
+        if self.loaded is None:
+            return "no model", ""
+        return self.loaded.name, self.loaded.description
+
+    def _run_or_none(self) -> Run | None:
+        return self._saved[0] if self._saved is not None else self._session.run if self._session else None
 
     def _attention(self) -> AttentionSource:
         return self._saved[1] if self._saved is not None else self._session.attention

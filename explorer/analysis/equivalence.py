@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+DEFAULT_STEPS = 8  # greedy steps compared where none are asked for (the prefill's choice is step 0)
+MAX_STEPS = 32
+
 WHY = ("Why: floating-point addition is not associative, so a kernel that sums in another order (another "
        "batch shape or padding, a fused attention kernel, another precision, or one row of a recomputed "
        "matrix instead of a cached one) rounds differently: the same maths, different last bits, and a "

@@ -235,8 +235,10 @@ def scenario_costs(spec: ModelSpec, executed: StepCosts, scenario: Scenario) -> 
     Raises:
         ValueError: the scenario asks for fewer than one sequence, token or position.
         ConfigError: a format the cost model does not know.
+        UsageError: more positions than the model's context window (`ModelSpec.check_positions`).
     """
     step, options = scenario.applied(executed.step, executed.precision)
+    spec.check_positions(step.context)
     if executed.options.lm_head_all_positions:  # the run's own choice (--lm-head-all) stays unless changed
         options = replace(options, lm_head_all_positions=True)
     costs = step_costs(spec, step, options)
@@ -249,12 +251,15 @@ SWEEP_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 def sweeps(spec: ModelSpec, executed: StepCosts, scenario: Scenario,
            longest: int) -> tuple[tuple[str, tuple[StepCosts, ...]], ...]:
     """The step under `scenario` as the batch goes 1 -> 256 ("batch") and, for a decode step, as the
-    context doubles from 256 positions up to `longest` (the model's context) ("context"): the two slopes of
+    context doubles up to `longest` (the model's context window) ("context"): the two slopes of
     a decode roofline (weight GEMMs gain intensity with B, attention does not; attention's cost
-    grows with n). A prefill step sweeps the batch only."""
+    grows with n). A prefill step sweeps the batch only. The context starts at 256 positions, or at
+    1/16 of a smaller window (a 64-position GPT-2: 4 to 64), and ends at `longest` or 131,072."""
     batch = tuple(scenario_costs(spec, executed, replace(scenario, batch=b)) for b in SWEEP_BATCHES)
     if executed.stage != "decode":
         return (("batch", batch),)
-    contexts = [n for n in (2**k for k in range(8, 18)) if n <= max(longest, 256)]
+    longest = min(longest, 2**17)
+    first = 256 if longest >= 256 else max(1, longest // 16)
+    contexts = [first * 2**k for k in range(18) if first * 2**k <= longest]
     context = tuple(scenario_costs(spec, executed, replace(scenario, context=n)) for n in contexts)
     return ("batch", batch), ("context", context)

@@ -180,24 +180,27 @@ def what_if(spec: ModelSpec, step: Step, hardware: Hardware, options: CostOption
                         weights=weights, kv=kv, merged=options.merged_projections, fused=options.fused_attention,
                         lm_head_all=options.lm_head_all_positions)
     new_step, new_options = scenario.applied(step, options.precision)
+    spec.check_positions(new_step.context)
     return step_roofline(spec, new_step, hardware, new_options)
 
 
 def standard_what_ifs(spec: ModelSpec, step: Step, hardware: Hardware,
                       options: CostOptions | None = None) -> list[WhatIf]:
-    """KV cache in fp8, weights in int4, batch x4, context x4: each against the baseline.
+    """KV cache in fp8, weights in int4, batch x4, context x4 (at most the context window; none where
+    the step fills it already): each against the baseline.
 
     Speedups compare time per step; for batch and context changes the step does different work,
     so compare `tokens_per_s` too.
     """
     options = options or CostOptions()
     base = step_roofline(spec, step, hardware, options).time_lower_bound_s
+    context = min(step.context * 4, spec.context_window or step.context * 4)
     variants = [
         ("KV cache in fp8", dict(kv="fp8")),
         ("weights in int4", dict(weights="int4")),
         (f"batch {step.batch * 4} (x4)", dict(batch=step.batch * 4)),
-        (f"context {step.context * 4} (x4)", dict(context=step.context * 4)),
-    ]
+    ] + ([(f"context {context} (x{context / step.context:.3g})", dict(context=context))]
+         if context > step.context else [])
     results = []
     for label, change in variants:
         variant = what_if(spec, step, hardware, options, **change)

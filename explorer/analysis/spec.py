@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from explorer.errors import ConfigError
+from explorer.errors import ConfigError, UsageError
 from explorer.families import FAMILIES, Family
 
 # The dimensions every config of a family must give; the rest are optional keys the modeling code
@@ -151,6 +151,18 @@ class ModelSpec:
     def window(self, layer: int) -> int | None:
         """The sliding-window length of `layer`, None for full attention."""
         return self.layer_windows[layer] if self.layer_windows else None
+
+    def check_positions(self, positions: int) -> None:
+        """The one check of a step's positions (a prefill's T, a decode step's n) against the context
+        window, for the CLI, the notebook's and the app's what-ifs alike.
+
+        Raises:
+            UsageError: more positions than the context window (where the config gives one); the
+                CLI's exit code 2.
+        """
+        if self.context_window and positions > self.context_window:
+            raise UsageError(f"{positions:,} positions exceed this model's context window of "
+                              f"{self.context_window:,} tokens: give at most {self.context_window:,}.")
 
     @classmethod
     def from_hf_config(cls, config: dict) -> ModelSpec:

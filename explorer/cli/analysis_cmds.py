@@ -18,7 +18,8 @@ from explorer.analysis.precision import DTYPE_BITS, Precision
 from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.roofline import RooflinePoint, StepRoofline, standard_what_ifs, step_roofline
 from explorer.analysis.spec import ModelSpec
-from explorer.errors import ConfigError
+from explorer.cli.options import HelpFormatter, whole
+from explorer.errors import UsageError
 
 _DTYPES = sorted(DTYPE_BITS)
 DEFAULT_CONTEXT = 4096
@@ -27,20 +28,22 @@ DEFAULT_TOKENS = 512
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `roofline` and `info` commands."""
-    roofline = subparsers.add_parser("roofline", help="per-operator FLOPs, bytes and roofline bound of a step")
+    roofline = subparsers.add_parser("roofline", help="per-operator FLOPs, bytes and roofline bound of a step",
+                                     formatter_class=HelpFormatter)
     roofline.add_argument("--config", required=True, help="preset name or path to a config.json")
-    roofline.add_argument("--stage", choices=("prefill", "decode"), default="decode")
-    roofline.add_argument("--batch", type=_positive, default=1, help="B, sequences in the batch")
-    roofline.add_argument("--context", type=_positive,
+    roofline.add_argument("--stage", choices=("prefill", "decode"), default="decode",
+                          help="the step: the prompt's prefill or one decode step")
+    roofline.add_argument("--batch", type=whole(1), default=1, help="B, sequences in the batch")
+    roofline.add_argument("--context", type=whole(1),
                           help=f"decode: n, cache positions after the step (includes the new token; "
                                f"default {DEFAULT_CONTEXT})")
-    roofline.add_argument("--tokens", type=_positive, help=f"prefill: T, prompt tokens (default {DEFAULT_TOKENS})")
+    roofline.add_argument("--tokens", type=whole(1), help=f"prefill: T, prompt tokens (default {DEFAULT_TOKENS})")
     roofline.add_argument("--hardware", default="h100-sxm",
                           help=f"one of {', '.join(hardware_names())} (measured: the CUDA GPU where there is "
                                "one, else the CPU), or a path to a JSON entry")
-    roofline.add_argument("--weight-dtype", choices=_DTYPES, default="bf16")
-    roofline.add_argument("--act-dtype", choices=_DTYPES, default="bf16")
-    roofline.add_argument("--kv-dtype", choices=_DTYPES, default="bf16")
+    roofline.add_argument("--weight-dtype", choices=_DTYPES, default="bf16", help="the weights' dtype")
+    roofline.add_argument("--act-dtype", choices=_DTYPES, default="bf16", help="the activations' dtype")
+    roofline.add_argument("--kv-dtype", choices=_DTYPES, default="bf16", help="the KV cache's dtype")
     roofline.add_argument("--merged", action="store_true", help="qkv_proj and gate_up_proj as engines run them")
     roofline.add_argument("--fused-attention", action="store_true", help="score matrix kept on chip (FlashAttention)")
     roofline.add_argument("--lm-head-all", action="store_true", help="LM head over all positions, not the last")
@@ -49,25 +52,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           help="also print KV fp8, int4 weights, batch x4, context x4")
     roofline.set_defaults(handler=run_roofline)
 
-    info = subparsers.add_parser("info", help="dimensions, parameter counts and KV-cache bytes of a config")
+    info = subparsers.add_parser("info", help="dimensions, parameter counts and KV-cache bytes of a config",
+                                 formatter_class=HelpFormatter)
     info.add_argument("--config", required=True, help="preset name or path to a config.json")
-    info.add_argument("--kv-dtype", choices=_DTYPES, default="bf16")
-    info.add_argument("--prompt-tokens", type=_positive,
+    info.add_argument("--kv-dtype", choices=_DTYPES, default="bf16", help="the KV cache's dtype")
+    info.add_argument("--prompt-tokens", type=whole(1),
                       help="also estimate the memory the explorer needs to run a prompt of this many tokens")
     info.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
                       help="the run's dtype for --prompt-tokens (fp32: the CPU's; bf16: CUDA's)")
     info.set_defaults(handler=run_info)
-
-
-def _positive(text: str) -> int:
-    """A whole number >= 1, else argparse's usage error with what was wrong (never its type's name)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, not {value}")
-    return value
 
 
 def run_roofline(args: argparse.Namespace) -> int:
@@ -101,22 +94,15 @@ def _step(args: argparse.Namespace, spec: ModelSpec) -> Step:
     """The step the flags describe, checked against the stage and the model's context window.
 
     Raises:
-        ConfigError: a flag of the other stage, or more positions than the model's context window.
+        UsageError: a flag of the other stage, or more positions than the model's context window.
     """
     if args.stage == "prefill" and args.context is not None:
-        raise ConfigError("--context is for --stage decode; a prefill's context is its --tokens.")
+        raise UsageError("--context is for --stage decode; a prefill's context is its --tokens.")
     if args.stage == "decode" and args.tokens is not None:
-        raise ConfigError("--tokens is for --stage prefill; a decode step has one token and a --context.")
+        raise UsageError("--tokens is for --stage prefill; a decode step has one token and a --context.")
     positions = (args.tokens or DEFAULT_TOKENS) if args.stage == "prefill" else (args.context or DEFAULT_CONTEXT)
-    _check_window(spec, positions)
+    spec.check_positions(positions)
     return Step.prefill(positions, args.batch) if args.stage == "prefill" else Step.decode(positions, args.batch)
-
-
-def _check_window(spec: ModelSpec, positions: int) -> None:
-    """Raises ConfigError where `positions` exceed the model's context window (where the config gives one)."""
-    window = spec.context_window
-    if window and positions > window:
-        raise ConfigError(f"{positions:,} positions exceed this model's context window of {window:,} tokens.")
 
 
 def _roofline_header(config: str, result: StepRoofline) -> str:
@@ -161,7 +147,7 @@ def run_info(args: argparse.Namespace) -> int:
 
     spec = ModelSpec.from_hf_config(resolved_config(args.config))
     if args.prompt_tokens is not None:
-        _check_window(spec, args.prompt_tokens)
+        spec.check_positions(args.prompt_tokens)
     counts = param_counts(spec)
     windows = sorted({w for w in spec.layer_windows if w})
     rows = [

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from explorer.cli.options import HelpFormatter
 from explorer.ui import launch
 
 
 def register(subparsers) -> None:
     """Add the `app` command."""
-    parser = subparsers.add_parser("app", help="start the explorer in the browser", description=launch.DESCRIPTION)
+    parser = subparsers.add_parser("app", help="start the explorer in the browser", description=launch.DESCRIPTION,
+                                   epilog=launch.ENVIRONMENT, formatter_class=HelpFormatter)
     launch.add_arguments(parser)
     parser.set_defaults(handler=run)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from explorer.cli.model_args import add_model_arguments, load_for
+from explorer.cli.options import MODEL_ENVIRONMENT, HelpFormatter, whole
 from explorer.config import SamplingSettings
-from explorer.errors import ExplorerError
 from explorer.figures.lens import LensColumns, first_top1_row, row_label
 from explorer.journey import step_label
 from explorer.trace import LensRecord, StepTrace
@@ -16,13 +16,14 @@ def register(subparsers) -> None:
     """Add the `lens` command."""
     parser = subparsers.add_parser(
         "lens", help="the logit lens: each layer's top-1 token at the last position of a step",
+        formatter_class=HelpFormatter, epilog=MODEL_ENVIRONMENT,
         description="Run the prefill (and --step decode steps, greedy), then print, for the step's last "
                     "position, the top-1 token of the residual stream after the embedding and after each "
                     "layer read through the model's own final norm and LM head, and the first layer at "
                     "which the token the step chose is top-1.",
     )
     add_model_arguments(parser)
-    parser.add_argument("--step", type=int, default=0, help="0: the prefill; k: the k-th decode step")
+    parser.add_argument("--step", type=whole(0), default=0, help="0: the prefill; k: the k-th decode step")
     parser.set_defaults(handler=run)
 
 
@@ -30,10 +31,9 @@ def run(args: argparse.Namespace) -> int:
     """Load, prefill, decode greedily up to `args.step`, print the lens; returns the exit code.
 
     Raises:
-        ExplorerError: an empty prompt or a negative step (before the model loads).
+        UsageError: an empty prompt (before the model loads).
+        ExplorerError: the model cannot be loaded or run the prompt.
     """
-    if args.step < 0:
-        raise ExplorerError("--step must be 0 (the prefill) or more.")
     loaded = load_for(args)
     from explorer.runner.drive import decode_steps
     from explorer.runner.session import InferenceSession

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from explorer.analysis.precision import DTYPE_CHOICES
-from explorer.config import SamplingSettings
-from explorer.errors import ExplorerError, PromptError
+from explorer.cli.options import MODEL_ENVIRONMENT, HelpFormatter, real, whole
+from explorer.config import MAX_BATCH, MAX_TEMPERATURE, MIN_TEMPERATURE, SEED_LIMIT, SamplingSettings
+from explorer.errors import UsageError
 from explorer.journey import journey_header, journey_rows, shape_text, step_label, timing_note
 from explorer.saved import save_run
 from explorer.trace import StepTrace
@@ -19,17 +21,18 @@ DEFAULT_STEPS = 3
 def register(subparsers) -> None:
     """Add the `trace` command."""
     parser = subparsers.add_parser(
-        "trace", help="trace the prefill and decode steps of one inference",
+        "trace", help="trace the prefill and decode steps of one inference", formatter_class=HelpFormatter,
         description="Run the prefill and a few decode steps, printing one layer's stops with their shapes.",
+        epilog=MODEL_ENVIRONMENT,
     )
     parser.add_argument("prompt", nargs="?", help="the prompt (omit with --prompt-tokens in shape-only mode)")
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="decode steps after the prefill")
-    parser.add_argument("--layer", type=int, default=0, help="which decoder layer's stops and K cache to print")
+    parser.add_argument("--steps", type=whole(1), default=DEFAULT_STEPS, help="decode steps after the prefill")
+    parser.add_argument("--layer", type=whole(0), default=0, help="which decoder layer's stops and K cache to print")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--model", help="hub id or local folder of a causal LM (default: the embedded SmolLM2)")
     source.add_argument("--config", help="shape-only: a preset name or a config.json path (no weights)")
-    parser.add_argument("--prompt-tokens", type=int, help="give the prompt as a token count (shape-only)")
-    parser.add_argument("--batch", type=int, default=1,
+    parser.add_argument("--prompt-tokens", type=whole(1), help="give the prompt as a token count (shape-only)")
+    parser.add_argument("--batch", type=whole(1, MAX_BATCH), default=1,
                         help="B, sequences run together: with --config, B copies of the prompt; with weights, "
                              "the prompt's B lines, one prompt each (at most 8), left-padded")
     parser.add_argument("--lm-head-all", action="store_true",
@@ -40,11 +43,13 @@ def register(subparsers) -> None:
                         help="let a thinking model reason first (Qwen3's chat template: enable_thinking; off by default)")
     parser.add_argument("--sample", action="store_true",
                         help="sample instead of greedy decoding (implied by any sampling setting below)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=0, help="0 disables")
-    parser.add_argument("--top-p", type=float, default=1.0, help="1.0 disables")
-    parser.add_argument("--min-p", type=float, default=0.0, help="0.0 disables")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=real(MIN_TEMPERATURE, MAX_TEMPERATURE), default=1.0,
+                        help="divides the logits before sampling")
+    parser.add_argument("--top-k", type=whole(0), default=0, help="0 disables")
+    parser.add_argument("--top-p", type=real(0, 1, low_open=True), default=1.0, help="1.0 disables")
+    parser.add_argument("--min-p", type=real(0, 1), default=0.0, help="0.0 disables")
+    parser.add_argument("--seed", type=whole(0, SEED_LIMIT - 1), default=0,
+                        help="seed of the run's own random generator (the same seed, the same tokens)")
     parser.add_argument("--device", default="auto",
                         help="auto (CUDA, then Apple MPS, then CPU), cpu, cuda, cuda:1, mps")
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
@@ -58,14 +63,15 @@ def run(args: argparse.Namespace) -> int:
     """Load, prefill, decode `args.steps` times, print the journey; returns the exit code.
 
     Raises:
-        ExplorerError: bad input (checked before the model loads where possible) or an unwritable --json.
+        UsageError: options that do not fit one another or the model (checked before the model loads).
+        ExplorerError: the model cannot be loaded or run the prompt, or the --json file cannot be written.
     """
     from explorer.runner.drive import decode_steps
     from explorer.runner.loading import load, resolved_model_config
     from explorer.runner.session import InferenceSession
 
-    settings = _settings(args)
     _check_early(args)
+    settings = _settings(args)
     _check_layer(args.layer, resolved_model_config(model=args.model, config=args.config).num_hidden_layers)
     loaded = load(model=args.model, config=args.config, device=args.device, dtype=args.dtype,
                   progress=lambda message: print(message, file=sys.stderr))
@@ -79,11 +85,12 @@ def run(args: argparse.Namespace) -> int:
                               on_start=_say_estimate)]
     if not session.finished:
         traces += decode_steps(session, args.steps)
-    print_journey(traces, session.text, args.layer)
+    print_journey(traces, session.text, args.layer, loaded.eos_token_ids)
     if prompts:
         print("\nevery sequence (sequence 0 above; left-padded to the longest prompt):")
-        for b, text in enumerate(session.batch_texts):
-            print(f"  {b}: {prompts[b]!r} -> {text!r}")
+        for b, (text, row) in enumerate(zip(session.batch_texts, session.batch_rows, strict=True)):
+            ended = " [ended: end-of-sequence]" if row[-1] in loaded.eos_token_ids else ""
+            print(f"  {b}: {prompts[b]!r} -> {text!r}{ended}")
     if args.json:
         _write_json(args.json, session)
     return 0
@@ -107,18 +114,18 @@ def _settings(args: argparse.Namespace) -> SamplingSettings:
 
 
 def _check_early(args: argparse.Namespace) -> None:
-    """Refuse what is wrong before the model loads (seconds) rather than after."""
+    """Refuse options that do not fit one another before the model loads (seconds) rather than after.
+
+    Raises:
+        UsageError: no prompt, a --batch without as many prompt lines, or a --json path in no folder.
+    """
     if args.prompt_tokens is None and not (args.prompt or "").strip():
-        raise PromptError("The prompt is empty: give some text (or --prompt-tokens N with --config).")
-    if args.steps < 0:
-        raise ExplorerError("--steps must be 0 or more.")
-    if args.batch < 1:
-        raise ExplorerError("--batch must be 1 or more.")
+        raise UsageError("The prompt is empty: give some text (or --prompt-tokens N with --config).")
     if args.batch > 1 and args.config is None and len(_lines(args.prompt)) != args.batch:
-        raise ExplorerError(f"--batch {args.batch} with real weights takes {args.batch} prompts, one per line of "
+        raise UsageError(f"--batch {args.batch} with real weights takes {args.batch} prompts, one per line of "
                             "the prompt (or use --config for shape-only copies).")
     if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
-        raise ExplorerError(f"Cannot write the trace to {args.json}: give a file path in an existing folder.")
+        raise UsageError(f"Cannot write the trace to {args.json}: give a file path in an existing folder.")
 
 
 def _lines(prompt: str | None) -> list[str]:
@@ -130,10 +137,10 @@ def _check_layer(layer: int, n_layers: int) -> None:
     """Refuse a layer the model lacks, from its config, before the model loads.
 
     Raises:
-        ExplorerError: `layer` outside 0..n_layers - 1.
+        UsageError: `layer` outside 0..n_layers - 1.
     """
     if not 0 <= layer < n_layers:
-        raise ExplorerError(f"--layer must be in 0..{n_layers - 1} for this model ({n_layers} layers).")
+        raise UsageError(f"--layer must be in 0..{n_layers - 1} for this model ({n_layers} layers).")
 
 
 def _write_json(path: Path, session) -> None:
@@ -148,8 +155,9 @@ def _write_json(path: Path, session) -> None:
           "open it in the app or with Explorer.open")
 
 
-def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:
-    """Print one layer's stop table and K cache per step, the chosen tokens and the generated text.
+def print_journey(traces: list[StepTrace], text: str, layer: int = 0, eos_ids: Sequence[int] = ()) -> None:
+    """Print one layer's stop table and K cache per step, the chosen tokens and the generated text
+    (sequence 0's, in a batch: `eos_ids` name the step where it chose an end-of-sequence token).
 
     The table's ms columns are measured wall times in milliseconds, each layer stop's the median
     [p10-p90] over the step's layers (`explorer.journey.journey_rows`); a shape-only run prints no
@@ -171,10 +179,25 @@ def print_journey(traces: list[StepTrace], text: str, layer: int = 0) -> None:
     _print_expert_load(traces, layer)
     print("\nchosen tokens:")
     for trace in traces:
-        prob = f"p={trace.sampling.token_prob:.3f}" if trace.sampling else "(shape-only: no values)"
-        print(f"  {step_label(trace):<9} {trace.token_text!r:<16} {prob}")
-    ending = f" [ended: {traces[-1].finish_reason.replace('_', ' ')}]" if traces[-1].finished else ""
-    print(f"\ngenerated text: {text!r}{ending}")
+        print(f"  {step_label(trace):<9} {trace.token_text!r:<16} {_chosen(trace)}")
+    print(f"\ngenerated text: {text!r}{_ending(traces, eos_ids)}")
+
+
+def _chosen(trace: StepTrace) -> str:
+    """How sure the step was of its token, or why it has no values."""
+    if trace.sampling is not None:
+        return f"p={trace.sampling.token_prob:.3f}"
+    if trace.shape_only:
+        return "(shape-only: no values)"
+    return "(sequence 0 had ended: fed the pad id, nothing drawn)"  # a batch's other sequences ran on
+
+
+def _ending(traces: list[StepTrace], eos_ids: Sequence[int]) -> str:
+    """Why sequence 0's text ends: the step that chose end-of-sequence, else why the run stopped."""
+    eos = next((t for t in traces if t.sampling is not None and t.sampling.token_id in eos_ids), None)
+    if eos is not None:
+        return f" [ended: end-of-sequence at {step_label(eos)}]"
+    return f" [ended: {traces[-1].finish_reason.replace('_', ' ')}]" if traces[-1].finished else ""
 
 
 def _print_expert_load(traces: list[StepTrace], layer: int) -> None:

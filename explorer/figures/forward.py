@@ -67,7 +67,8 @@ def forward_figure(prefill: StepTrace, decode: StepTrace | None, layer: int, n_l
     Returns:
         A figure with `layout.meta == {"view": "forward", "step": ...}`. Traces, by name: "residual
         stream" (the spine), "edges", "weights" (one filled box per weight; `meta` lists the weights'
-        stops and the tied ones), "prefill" and the decode step's label ("step k"): one filled box
+        stops and the tied ones), "frames" (every stop's full box, white; `meta = {"stops": [...]}`),
+        "prefill" and the decode step's label ("step k"): one filled box
         per stop, `meta = {"rows": T, "stops": [...]}` (a box's height is its rows of the prefill's
         T), "kv cache" (a strip per step, `meta = {"positions": [n, ...]}`), "scores: prefill" and
         "scores: decode", "gqa groups", "labels" (text; `customdata` the node keys), "residual adds",

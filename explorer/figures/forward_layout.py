@@ -22,7 +22,7 @@ PRESENTER_ROW_CHARS = 132  # presenter mode's text is 1.5x larger: fewer charact
 SLOT_PX = 50  # one vertical slot (a node and its gap), in pixels
 BOX_H = 0.86  # a node's height, in slots
 MIN_BOX_CHARS = 8  # the narrowest node
-GAP_CHARS = 1.5  # between two nodes side by side
+GAP_CHARS = 1.0  # between two nodes side by side (a 9-head attention row, per-head shapes whole, fits)
 PLUS_CHARS = 5
 KV_CHARS = 26  # the KV-cache strip's width, ending over the cache write's right edge
 # Stops computed side by side, stacked in one column, at these slots (1 = next to the spine).
@@ -115,11 +115,13 @@ def row_width(row: list[Column]) -> float:
 
 
 def wrap_rows(columns: list[Column], row_chars: float) -> list[list[Column]]:
-    """The columns cut into rows of at most `row_chars` characters; the MLP sub-layer starts a row."""
+    """The columns cut into rows of at most `row_chars` characters, but for a residual add, which closes
+    the row of the sub-layer it ends (its circle fits the figure's margin); the MLP sub-layer starts a row."""
     rows: list[list[Column]] = [[]]
     for column, previous in zip(columns, [None, *columns[:-1]], strict=True):
         mlp_starts = column.branch == "mlp" and previous is not None and previous.branch == "spine"
-        if rows[-1] and (row_width(rows[-1]) + column.width > row_chars or mlp_starts):
+        too_wide = row_width(rows[-1]) + column.width > row_chars and not is_plus(column.stops[0])
+        if rows[-1] and (too_wide or mlp_starts):
             rows.append([])
         rows[-1].append(column)
     return rows

@@ -41,8 +41,9 @@ def _box(node: Node, height: float, bottom: float | None = None) -> tuple[list, 
 
 
 def box_traces(nodes: dict[str, Node], stages: Stages, tied: bool) -> list[dict]:
-    """The weights (grey, one size for every step), the prefill's activations (a full box: T rows) and
-    the decode step's (its rows of the prefill's T, at least `MIN_ROW_FRACTION`)."""
+    """The weights (grey, one size for every step), every stop's frame (white, the full box), the
+    prefill's activations (its rows of T: a full box but at the LM head and after) and the decode
+    step's (its rows of the prefill's T, at least `MIN_ROW_FRACTION`)."""
     weights = [key for key in nodes if key.startswith("W:")]
     wx, wy = [], []
     for key in weights:
@@ -53,6 +54,17 @@ def box_traces(nodes: dict[str, Node], stages: Stages, tied: bool) -> list[dict]
     traces = [{"type": "scatter", "name": "weights", "x": wx, "y": wy, "mode": "lines", "fill": "toself",
                "fillcolor": WEIGHT_FILL, "line": {"color": "#8c959f", "width": 1}, "hoverinfo": "skip",
                "meta": {"stops": escaped(key[2:] for key in weights), "tied": tied_stops}}]
+    # every stop's frame, the full box: a node whose step fills few rows of T (the LM head, sample,
+    # detokenize) is still a box, drawn over the residual stream rather than on it
+    frames = [key for key in nodes if key in stages.prefill_ops and not is_plus(key)]
+    fx, fy = [], []
+    for key in frames:
+        x, y = _box(nodes[key], BOX_H)
+        fx += x
+        fy += y
+    traces.append({"type": "scatter", "name": "frames", "x": fx, "y": fy, "mode": "lines", "fill": "toself",
+                   "fillcolor": "#ffffff", "line": {"color": PREFILL_COLOUR, "width": 1}, "hoverinfo": "skip",
+                   "meta": {"stops": escaped(frames)}})
     full_rows = len(stages.prefill.input_ids)
     for trace, ops, fill, line in ((stages.prefill, stages.prefill_ops, PREFILL_FILL, PREFILL_COLOUR),
                                    (stages.decode, stages.decode_ops, DECODE_COLOUR, DECODE_COLOUR)):

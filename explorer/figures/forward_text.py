@@ -6,6 +6,7 @@ and the key to the dimensions. Pure Python over traces.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
 
 from explorer.analysis.records import OpCost
 from explorer.analysis.timing_stats import ms_number, noise_text, spread_text, stop_timing
@@ -75,18 +76,17 @@ def node_label(key: str, stages: Stages, tied: bool) -> str:
 
 
 def _output_text(key: str, op: OpRecord | None, stages: Stages, ops: dict[str, OpRecord]) -> str:
-    """A node's measured output, compact: "[1,35,576]", equal outputs once with "×2", unequal ones as
-    the first (q's) and "…" (the hover has them all); the token piece at detokenize; the ids a decode step feeds at tokenize."""
+    """A node's measured output, compact and whole: "[1,35,576]", equal outputs once with "×2", unequal
+    ones each (split heads: q's then k's and v's, "[1,9,35,64] [1,3,35,64]×2", the per-head shapes);
+    the token piece at detokenize; the ids a decode step feeds at tokenize."""
     if key == "detokenize":
         trace = stages.prefill if ops is stages.prefill_ops else stages.decode
         return repr(visible_piece(trace.token_text, 10))
     if op is None:
         embed = ops["embed"]
         return f"{_compact(embed.input_shapes[0])} fed"
-    shapes = op.output_shapes
-    if len(shapes) > 1 and all(shape == shapes[0] for shape in shapes):
-        return f"{_compact(shapes[0])}×{len(shapes)}"
-    return _compact(shapes[0]) + ("…" if len(shapes) > 1 else "")
+    runs = [(shape, len(list(equal))) for shape, equal in groupby(op.output_shapes)]
+    return " ".join(_compact(shape) + (f"×{count}" if count > 1 else "") for shape, count in runs)
 
 
 def _compact(shape: list[int] | None) -> str:

@@ -15,6 +15,7 @@ shape-only step (meta device: nothing computed) draws no wall time at all.
 from __future__ import annotations
 
 import math
+from itertools import groupby
 
 import numpy as np
 import plotly.graph_objects as go
@@ -30,7 +31,10 @@ from explorer.trace import OpRecord, StepTrace
 
 ROW_PX = 16  # a row per stop: the 26 rows of a Llama layer, the stops around it and the key fit 660 px
 MIN_BAR_MS = 1e-3  # a stop faster than this (or a view, None) draws as a stub
-MAX_FLOW_CHARS = 68  # what a shape column holds at 1400 px; the hover has the full text
+# The shapes column at a 1280x720 screen: 375 px measured in Chromium (the column's 0.38 of the plot);
+# each row's text is set in the size at which the longest row fits it whole (monospace: 0.6 em a character)
+SHAPES_COLUMN_PX = 375
+FLOW_FONT_PX = (8, 11)  # the smallest and the largest size of the shapes' text
 NOISE_COLOUR = "#d4d4d4"  # a time below the noise floor: greyed, whatever its kind
 LAYER_MARK_COLOUR = "#222222"
 SINGLE_PATTERN = "/"  # the hatch of a bar that is one measurement (a stop outside the layers)
@@ -101,7 +105,7 @@ def _grid(prefill: StepTrace, decode: StepTrace | None) -> tuple[dict, dict[tupl
     return subplot_grid(
         [_column_title(prefill), _wall_title(prefill), _column_title(decode) if decode else "decode",
          _wall_title(decode) if decode else ""],
-        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012, column_widths=[0.36, 0.14, 0.36, 0.14])
+        rows=1, cols=4, shared_yaxes=True, horizontal_spacing=0.012, column_widths=[0.38, 0.12, 0.38, 0.12])
 
 
 def _step_columns(rows: list[OpRecord], prefill: StepTrace, decode: StepTrace | None, layer: int,
@@ -139,10 +143,12 @@ def _column(ops: list[OpRecord], vocab: int, trace: StepTrace, layer: int, shape
              "marker": {"color": [kind_colour(op.kind) for op in ran]}}]
     if not trace.shape_only:
         data += _wall_traces(ran, trace, layer, common, wall_cell)
+    flows = [_flow(op, compact=True) for op in ops]
     data.append({"type": "scatter", **shapes_cell, "x": np.full(len(ops), 0.015, np.float32),
                  "y": [plain_label(op.name) for op in ops],
-                 "mode": "text", "text": [_fit(_flow(op)) for op in ops], "textposition": "middle right",
-                 "cliponaxis": True, "textfont": {"family": "monospace", "size": 11}, "hoverinfo": "skip",
+                 "mode": "text", "text": flows, "textposition": "middle right",
+                 "cliponaxis": True, "textfont": {"family": "monospace", "size": flow_font_px(flows)},
+                 "hoverinfo": "skip",
                  "showlegend": False})
     return data
 
@@ -261,25 +267,25 @@ def _absent(name: str) -> OpRecord:
     return OpRecord(name, "", None, [], [], "", None)
 
 
-def _flow(op: OpRecord) -> str:
-    """`[1, 35, 576] → [1, 35, 192]`, runs of equal shapes written once with ×k (K and V)."""
+def _flow(op: OpRecord, compact: bool = False) -> str:
+    """`[1, 35, 576] → [1, 35, 192]` (compact, the shapes column's: `[1,35,576] → [1,35,192]`, the
+    forward diagram's notation), runs of equal shapes written once with ×k (K and V)."""
     if not op.kind:
         return "(not in this step)"
-    return f"{_shapes(op.input_shapes) or 'text'} → {_shapes(op.output_shapes) or 'text'}"
+    return f"{_shapes(op.input_shapes, compact) or 'text'} → {_shapes(op.output_shapes, compact) or 'text'}"
 
 
-def _fit(text: str) -> str:
-    return text if len(text) <= MAX_FLOW_CHARS else text[: MAX_FLOW_CHARS - 1] + "…"
+def flow_font_px(flows: list[str]) -> int:
+    """The size in px at which the longest of `flows` fits the shapes column whole (`SHAPES_COLUMN_PX`),
+    within `FLOW_FONT_PX`."""
+    longest = max(map(len, flows), default=1)
+    return max(FLOW_FONT_PX[0], min(FLOW_FONT_PX[1], int(SHAPES_COLUMN_PX / (0.6 * longest))))
 
 
-def _shapes(shapes: list[list[int]]) -> str:
-    parts: list[list] = []
-    for shape in shapes:
-        if parts and parts[-1][0] == shape:
-            parts[-1][1] += 1
-        else:
-            parts.append([shape, 1])
-    return " ".join(shape_text(shape) + (f"×{count}" if count > 1 else "") for shape, count in parts)
+def _shapes(shapes: list[list[int]], compact: bool) -> str:
+    runs = [(shape, sum(1 for _ in run)) for shape, run in groupby(shapes)]
+    return " ".join((f"[{','.join(map(str, shape))}]" if compact else shape_text(shape))
+                    + (f"×{count}" if count > 1 else "") for shape, count in runs)
 
 
 def _relative(op: OpRecord) -> str:

@@ -19,7 +19,17 @@ from dataclasses import dataclass
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.figures.theme import base_layout, plain_label, set_layout, visible_piece
+from explorer.figures.theme import (
+    TITLE_ASCENT_PX,
+    TITLE_CHARS,
+    TITLE_LINE_PX,
+    TITLE_TOP_PX,
+    base_layout,
+    plain_label,
+    set_layout,
+    visible_piece,
+    wrapped,
+)
 from explorer.trace import LensRecord
 
 # What colours a cell: name -> (what the colour bar says, its unit).
@@ -92,7 +102,7 @@ def written_cells(top1: np.ndarray) -> np.ndarray:
 
 
 def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[int], str], stat: str, step: int,
-                first_position: int) -> go.Figure:
+                first_position: int, ended_at: int | None = None) -> go.Figure:
     """The layers x positions heatmap.
 
     Args:
@@ -103,6 +113,8 @@ def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[in
         step: the step shown (for the title and `layout.meta`).
         first_position: the prompt's first position the prefill's lens covers (a long prompt's lens
             covers its last positions only), said in the title when it is not 0.
+        ended_at: in a batch, the step at which sequence 0 chose end-of-sequence (its lens stops there;
+            the later steps fed it the pad id), said in the title; None while it runs.
 
     Returns:
         A figure with `layout.meta == {"view": "lens", "step": step}`: one heatmap (z [rows, columns]
@@ -134,14 +146,20 @@ def lens_figure(columns: LensColumns, pieces: Sequence[str], piece: Callable[[in
         notes.append(f"{len(rows)} of {columns.top_ids.shape[0]} rows")
     if cols[0] > 0 or first_position > 0:
         notes.append(f"positions from {columns.positions[cols[0]]}")
+    if ended_at is not None:
+        notes.append(f"sequence 0 ended at step {ended_at}")
     if notes:
         title += f" ({', '.join(notes)})"
-    base_layout(fig, "lens", step, plain_label(title), height=height)
+    lines = wrapped(plain_label(title).split(" "), TITLE_CHARS)  # no line under the modebar
+    base_layout(fig, "lens", step, "<br>".join(lines), height=height)
     return set_layout(fig, xaxis={"title": {"text": "position: input token · each cell predicts the token after it; its top-1 is "
                                                      "written where it takes over (reading up) and in the top row"},
                                   "tickangle": -45, "type": "category"},
                       yaxis={"title": {"text": "residual stream after"}, "type": "category", "autorange": True},
-                      margin={"l": 90, "r": 20, "t": 60, "b": 90})
+                      margin={"l": 90, "r": 20, "t": 2 * TITLE_TOP_PX + TITLE_LINE_PX * len(lines) + 16, "b": 90},
+                      # plotly.js anchors a "top" title of several lines by its first line's baseline
+                      title={**fig.layout.title.to_plotly_json(), "yref": "container", "yanchor": "top",
+                             "y": 1 - (TITLE_TOP_PX + TITLE_ASCENT_PX) / height})
 
 
 def _hover(columns: LensColumns, rows: Sequence[int], cols: Sequence[int],

@@ -42,7 +42,15 @@ from explorer.figures.roofs import (
     roof_traces,
     sources_text,
 )
-from explorer.figures.theme import base_layout, plain_label, set_layout, si_text, subplot_grid
+from explorer.figures.theme import (
+    TITLE_ASCENT_PX,
+    TITLE_TOP_PX,
+    base_layout,
+    plain_label,
+    set_layout,
+    si_text,
+    subplot_grid,
+)
 
 
 def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, measured: bool = False,
@@ -208,16 +216,39 @@ def _axes_and_legend(layout: dict, roofs: _Roofs, measured: list[StepCosts]) -> 
                            separatethousands=True)
     layout["xaxis2"].update(type="log", title={"text": "time lower bound (µs)"}, exponentformat="none")
     layout["yaxis2"].update(type="category", autorange="reversed")
-    layout.update(barmode="group", legend={"orientation": "h", "x": 0, "y": -0.14, "yanchor": "top"})
+    # the legend at the figure's bottom edge, under the conventions note (`_titled` sizes the margin)
+    layout.update(barmode="group", legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 0,
+                                           "yanchor": "bottom", "yref": "container"})
+
+
+# The bottom margin, from the plot down: the x axes' ticks and titles, the two-line conventions note,
+# then the legend's rows (measured in Chromium: 20 px a row at 12 px text; a row of a 1280 px screen's
+# figure holds LEGEND_ROW_PX wide of entries, each 40 px of symbol and gaps plus its name at ~7 px a letter).
+AXIS_TITLE_PX, NOTE_PX, LEGEND_LINE_PX, LEGEND_ROW_PX = 62, 34, 21, 1100
+
+
+def legend_rows(names: list[str]) -> int:
+    """How many rows a horizontal legend of entries `names` takes on a 1280 px screen's figure."""
+    rows, used = 1, 0.0
+    for name in names:
+        width = 40 + 7 * len(name)
+        if used and used + width > LEGEND_ROW_PX:
+            rows, used = rows + 1, 0.0
+        used += width
+    return rows
 
 
 def _titled(fig: go.Figure, step: int, title: str) -> go.Figure:
-    """`fig` with the view's meta and `title`, the top margin sized to the title's lines."""
+    """`fig` with the view's meta and `title`, the top margin sized to the title's lines and the bottom
+    one to the axes' titles, the conventions note and the legend's rows, so none is drawn over another."""
     base_layout(fig, "roofline", step, title, height=600)
     lines = title.count("<br>") + 1  # from the top down, above the panels' own titles
-    return set_layout(fig, margin={"l": 60, "r": 20, "t": 44 + 22 * lines, "b": 110},
-                      title={**fig.layout.title.to_plotly_json(), "yref": "container", "y": 1, "yanchor": "top",
-                             "pad": {"t": 14}})
+    shown = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    bottom = AXIS_TITLE_PX + NOTE_PX + LEGEND_LINE_PX * legend_rows(shown) + 8
+    return set_layout(fig, margin={"l": 60, "r": 20, "t": 56 + 22 * lines, "b": bottom},
+                      # plotly.js anchors a "top" title of several lines by its first line's baseline
+                      title={**fig.layout.title.to_plotly_json(), "yref": "container", "yanchor": "top",
+                             "y": 1 - (TITLE_TOP_PX + TITLE_ASCENT_PX) / 600})
 
 
 def _conclusion(rooflines: list[StepRoofline], executed: list[StepRoofline], changes: list[str]) -> str:
@@ -255,5 +286,5 @@ def conventions_note(costs: StepCosts, hardware: Hardware, peak_dtype: str,
     return {"name": "conventions", "text": "Counted with " + " · ".join(words) + "<br>" + machine
             + " (hover: sources) · what-ifs (batch, context, formats): the settings, key S",
             "hovertext": sources or "no sources", "xref": "paper", "yref": "paper", "x": 0, "y": 0,
-            "yshift": -78, "xanchor": "left", "yanchor": "top", "showarrow": False, "align": "left",
+            "yshift": -AXIS_TITLE_PX, "xanchor": "left", "yanchor": "top", "showarrow": False, "align": "left",
             "font": {"size": 11, "color": "#57606a"}}

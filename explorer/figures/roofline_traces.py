@@ -113,7 +113,9 @@ def time_trace(roofline: StepRoofline) -> dict:
 
 def sweep_trace(name: str, rooflines: list[StepRoofline], scale: float) -> dict:
     """A line per operator through its points as the batch (weight GEMMs) or the context (the
-    attention products) grows, a label at each end."""
+    attention products) grows, the first operator's far end labelled ("B=256", "n=8,192"): its near
+    end is the step as it ran, under that step's own markers, and the context sweep's two ends sit
+    at one intensity (attention's does not grow with n), so labels there would overprint."""
     chosen = (lambda c: c.kind in ("gemm", "experts")) if name == "batch" else (lambda c: c.kind == "batched_gemm")
     symbol = "B" if name == "batch" else "n"
     values = [r.step.batch if name == "batch" else r.step.context for r in rooflines]
@@ -127,13 +129,15 @@ def sweep_trace(name: str, rooflines: list[StepRoofline], scale: float) -> dict:
             xs.append(p.arithmetic_intensity)
             ys.append(p.attainable_flops_per_s / scale)
             labels.append(f"{p.cost.name}, {symbol} = {value:,}")
-            text.append(f"{symbol}={value:,}" if first and value in (values[0], values[-1]) else "")
+            text.append(f"{symbol}={value:,}" if first and value == values[-1] else "")
         xs.append(None)
         ys.append(None)
         labels.append("")
         text.append("")
     return {"type": "scatter", "name": f"{name} sweep", "mode": "lines+markers+text", "x": xs, "y": ys,
-            "customdata": labels, "text": text, "textposition": "top center", "textfont": {"size": 10},
+            "customdata": labels, "text": text, "textfont": {"size": 10},
+            # under the roof (the compute roof's own label is above it); the context's end above its line
+            "textposition": "bottom center" if name == "batch" else "top center",
             "line": {"color": "#8c959f" if name == "batch" else "#bf3989", "width": 1, "dash": "dot"},
             "marker": {"size": 4}, "hovertemplate": "%{customdata}<extra>" + name + " sweep</extra>"}
 

@@ -23,7 +23,9 @@ from plotly.subplots import make_subplots
 FONT_FAMILY = "Inter, Helvetica, Arial, sans-serif"
 FONT_SIZE = 13
 TITLE_FONT_SIZE = 17  # plotly's default title size, set so that presenter mode scales it from there
-TITLE_CHARS = 155  # characters of a 17 px title line across the 1,260 px figure (~7.7 px each)
+# characters of a 17 px title line (~7.7 px each) on a 1280 px screen's 1,216 px figure, less the 250 px
+# of plotly's modebar at its top right (measured in Chromium), so that no title line runs under it
+TITLE_CHARS = 120
 TITLE_TOP_PX = 10  # above the title's first line
 TITLE_ASCENT_PX = 16  # a 17 px title line's height above its baseline
 TITLE_LINE_PX = 22  # one 17 px title line
@@ -209,7 +211,9 @@ def presenter_style(fig: go.Figure) -> go.Figure:
         return {**font, "size": round((font.get("size") or FONT_SIZE) * PRESENTER_SCALE), "color": "#000000"}
 
     layout = fig.layout
-    annotations = [{**note.to_plotly_json(), "font": scaled(note.font)} for note in layout.annotations]
+    annotations = [{**note.to_plotly_json(), "font": scaled(note.font),  # offsets grow with their text
+                    **{shift: round(note[shift] * PRESENTER_SCALE) for shift in ("xshift", "yshift") if note[shift]}}
+                   for note in layout.annotations]
     axes = {key: {**layout[key].to_plotly_json(), "linecolor": "#000000", "linewidth": 2,
                   "tickfont": scaled(layout[key].tickfont), "title": {**layout[key].title.to_plotly_json(),
                                                                       "font": scaled(layout[key].title.font)}}
@@ -228,14 +232,15 @@ def presenter_style(fig: go.Figure) -> go.Figure:
 
 
 def _presenter_title(title: dict, height: int) -> tuple[dict, int]:
-    """A one-line title too long for a line at the presenter's text size, wrapped at its spaces
-    (`_words`) into lines anchored at the top of the figure, and the pixels its added lines take
-    (the figure grows by as much, its plot area kept); a title of several lines was wrapped by its view."""
-    text = title.get("text") or ""
-    lines = [] if "<br>" in text else wrapped(_words(text), int(TITLE_CHARS / PRESENTER_SCALE))
-    if len(lines) < 2:
+    """A title whose lines are too long for a line at the presenter's text size, each wrapped at its
+    spaces (`_words`) into lines anchored at the top of the figure, and the pixels its added lines
+    take (the figure grows by as much, its plot area kept); a view that wraps its title for the
+    presenter's size (attention) has nothing left to wrap."""
+    given = (title.get("text") or "").split("<br>")
+    lines = [line for text in given for line in (wrapped(_words(text), int(TITLE_CHARS / PRESENTER_SCALE)) or [""])]
+    if len(lines) == len(given):
         return title, 0
-    added_px = round(TITLE_LINE_PX * PRESENTER_SCALE * (len(lines) - 1))
+    added_px = round(TITLE_LINE_PX * PRESENTER_SCALE * (len(lines) - len(given)))
     top_px = TITLE_TOP_PX + TITLE_ASCENT_PX * PRESENTER_SCALE
     return {**title, "text": "<br>".join(lines), "yref": "container", "yanchor": "top",
             "y": 1 - top_px / (height + added_px)}, added_px
@@ -243,10 +248,12 @@ def _presenter_title(title: dict, height: int) -> tuple[dict, int]:
 
 def _words(text: str) -> list[str]:
     """`text` split at its spaces, except inside a tag or a tagged span (`<span style="...">a b</span>`
-    stays one word): an element is open while its text has more "<" than twice its "</"."""
+    stays one word): an element is open while its text has more "<" than twice its "</"; and a number
+    keeps the word after it ("480 B", "0.54 µs": no unit starts a line)."""
     words: list[str] = []
     for piece in text.split(" "):
-        if words and words[-1].count("<") > 2 * words[-1].count("</"):
+        unit = bool(words) and words[-1][-1:].isdigit() and piece[:1].isalpha()
+        if words and (unit or words[-1].count("<") > 2 * words[-1].count("</")):
             words[-1] += " " + piece
         else:
             words.append(piece)

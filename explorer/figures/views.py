@@ -41,6 +41,8 @@ from explorer.run import Run
 
 UNKNOWN_FAMILY = "A model family the explorer does not know: its heads and cache layout are not known."
 NO_VALUES = "Shape-only mode: the model has no weights, so there are no {} to show (shapes and costs only)."
+SEQUENCE_0_ENDED = ("Sequence 0 has ended (end-of-sequence): it is fed the pad id while the batch's other "
+                    "sequences run on, so this step draws no token for it.")
 
 
 def fig_forward(data: ForwardData, options: ViewOptions) -> go.Figure:
@@ -119,7 +121,7 @@ def fig_sampling(data: SamplingData, options: ViewOptions) -> go.Figure:
     preview whose settings choose as the step's did (`same_sampling`) is the step: its record is drawn."""
     trace = data.run.step(options.step)
     if trace.sampling is None:
-        return empty_figure("sampling", NO_VALUES.format("logits"))
+        return empty_figure("sampling", NO_VALUES.format("logits") if trace.shape_only else SEQUENCE_0_ENDED)
     own, preview = trace.sampling, data.preview
     if preview is None or same_sampling(preview.settings, own.settings):
         return sampling_figure(own, data.run.piece, trace.step_index)
@@ -143,12 +145,14 @@ def fig_lens(data: LensData, options: ViewOptions) -> go.Figure:
     trace = data.run.step(options.step)
     if trace.shape_only:
         return empty_figure("lens", NO_VALUES.format("logits"))
-    records = data.lens
-    if len(records) != trace.step_index + 1 or any(record is None for record in records):
+    # a batch whose sequence 0 ended is fed the pad id after: its lens covers the steps until then
+    ended = next((s.step_index for s in data.run.steps[1:trace.step_index + 1] if s.sampling is None), None)
+    records = data.lens[:ended]
+    if len(records) != (ended or trace.step_index + 1) or any(record is None for record in records):
         return empty_figure("lens", "This run was saved without its logit lens.")
     columns = LensColumns.join(records)
-    return lens_figure(columns, data.run.pieces_until(trace.step_index), data.run.piece, options.lens_stat,
-                       trace.step_index, records[0].positions[0])
+    return lens_figure(columns, data.run.pieces_until(len(records) - 1), data.run.piece, options.lens_stat,
+                       trace.step_index, records[0].positions[0], ended_at=None if ended is None else ended - 1)
 
 
 @dataclass(frozen=True)

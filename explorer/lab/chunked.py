@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from explorer.analysis.costs import step_costs, step_total
 from explorer.analysis.hardware import catalogue_key_for, get_hardware
+from explorer.analysis.precision import Precision
 from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import PromptError
@@ -18,7 +19,6 @@ from explorer.figures.theme import si_text
 from explorer.lab.prefix import shape_text
 
 MAX_CHUNKS = 512  # forward passes one run may make: C = 1 on a long prompt would take minutes
-COST_FORMAT = "bf16"  # weights, activations and KV cache as an engine serves them (the roofline's default)
 REFERENCE_HARDWARE = "h100-sxm"  # whose ridge point the chunks are set against off a catalogued GPU
 
 
@@ -54,12 +54,13 @@ def band_cells(start: int, tokens: int) -> int:
 @dataclass(frozen=True)
 class ChunkCost:
     """A chunk's cost by the cost model (estimated, `explorer.analysis.costs.step_costs`, batch 1,
-    `COST_FORMAT` everywhere, the LM head over the chunk's every position).
+    the run's dtype everywhere, the LM head over the chunk's every position).
 
     Attributes:
         flops, bytes: every operator's FLOPs and bytes moved.
         gemm_flops, gemm_bytes: the weight GEMMs' alone (projections, MLP, LM head): each reads its
-            whole weight matrix for the C rows, so their intensity is about C FLOP/byte in bf16.
+            whole weight matrix for the C rows, so their intensity is about C FLOP/byte in bf16 (C / 2 in
+            float32).
     """
 
     flops: float
@@ -78,20 +79,23 @@ class ChunkCost:
         return self.gemm_flops / self.gemm_bytes
 
 
-def chunk_cost(spec: ModelSpec, tokens: int, context: int) -> ChunkCost:
-    """The cost of a chunk of `tokens` positions whose cache holds `context` positions after it."""
-    options = CostOptions(lm_head_all_positions=True)
+def chunk_cost(spec: ModelSpec, tokens: int, context: int, dtype: str = "bf16") -> ChunkCost:
+    """The cost of a chunk of `tokens` positions whose cache holds `context` positions after it, with
+    weights, activations and KV cache in `dtype` (torch's or the short name)."""
+    options = CostOptions(Precision(dtype, dtype, dtype), lm_head_all_positions=True)
     costs = step_costs(spec, Step("prefill", 1, tokens, context), options)
     total, gemms = step_total(costs), step_total([cost for cost in costs if cost.kind == "gemm"])
     return ChunkCost(total.flops, total.bytes, gemms.flops, gemms.bytes)
 
 
-def ridge(device_name: str | None) -> tuple[str, float]:
-    """(the machine's name, its `COST_FORMAT` ridge point in FLOP/byte): peak FLOP/s over memory
-    bandwidth from the hardware catalogue's datasheet numbers (computed). `device_name` is the GPU the
-    run is on (`torch.cuda.get_device_name`); None, or a GPU the catalogue lacks: `REFERENCE_HARDWARE`."""
-    hardware = get_hardware((device_name and catalogue_key_for(device_name)) or REFERENCE_HARDWARE)
-    return hardware.name, hardware.ridge_point(COST_FORMAT)
+def ridge(device_name: str | None, dtype: str = "bf16") -> tuple[str, float]:
+    """(the machine's name, its ridge point in `dtype`, FLOP/byte): peak FLOP/s over memory bandwidth
+    from the hardware catalogue's datasheet numbers (computed). `device_name` is the GPU the run is on
+    (`torch.cuda.get_device_name`); None, or a GPU the catalogue lacks: `REFERENCE_HARDWARE`, named as
+    a reference GPU."""
+    key = device_name and catalogue_key_for(device_name)
+    hardware = get_hardware(key or REFERENCE_HARDWARE)
+    return (hardware.name if key else f"{hardware.name} (a reference GPU)"), hardware.ridge_point(dtype)
 
 
 @dataclass(frozen=True)
@@ -146,8 +150,8 @@ class ChunkedPrefillResult:
         full_tokens, chunked_tokens: greedy continuations after each way (measured).
         pieces: each token's text: the prompt's, then the one prefill's continuation, then the chunked one's.
         ridge_hardware, ridge_flops_per_byte: the machine whose ridge point the chunks are set against,
-            and that ridge in `COST_FORMAT` (computed from its datasheet).
-        device, dtype: where and how it ran.
+            and that ridge in the run's dtype (computed from its datasheet).
+        device, dtype: where and how it ran; the costs are estimated in `dtype` too.
     """
 
     requested_chunk: int
@@ -208,14 +212,14 @@ class ChunkedPrefillResult:
                         f"{chunk.cost.gemm_intensity:>19.1f} {chunk.ms:>10.2f} ms")
         return [
             f"prompt: {self.prompt_tokens} tokens in {chunks_text(len(self.chunks))} of C = {self.chunk_size} "
-            f"({self.device}, {self.dtype}; costs estimated in {COST_FORMAT})",
+            f"({self.device}, {self.dtype}; costs estimated in {self.dtype})",
             *rows,
             f"{'all':>5} {'':<17} {'':<20} {'':<12} {si_text(self.chunked_flops, 'FLOP'):>12} {'':>19} "
             f"{self.chunked_ms:>10.2f} ms   (one prefill: {si_text(self.full_cost.flops, 'FLOP')}, "
             f"{self.full_ms:.2f} ms, weight GEMMs at {self.full_cost.gemm_intensity:.0f} FLOP/byte)",
             f"time per token: chunked {self.chunked_ms / self.prompt_tokens:.3f} ms, one prefill "
             f"{self.full_ms / self.prompt_tokens:.3f} ms (measured, medians of {self.repeats}); ridge point of "
-            f"the {self.ridge_hardware}: {self.ridge_flops_per_byte:.0f} FLOP/byte ({COST_FORMAT}, computed)",
+            f"the {self.ridge_hardware}: {self.ridge_flops_per_byte:.0f} FLOP/byte ({self.dtype}, computed)",
             f"logits: max |Δ| {self.max_abs_diff:.2g} over all positions, {self.last_abs_diff:.2g} at the last "
             f"(largest |logit| {self.max_abs_logit:.3g}); greedy continuation "
             f"{'identical' if self.same_tokens else 'DIFFERS'}: {self.continuation()!r}",
@@ -233,9 +237,9 @@ def lesson_text(result: ChunkedPrefillResult) -> str:
         f"their own causal C x C block: a [C, n] band of the causal triangle, and the bands together are "
         f"the whole triangle. Every weight GEMM reads its whole matrix for only C rows, so it sits at an "
         f"arithmetic intensity of about C: **{first.cost.gemm_intensity:.1f} FLOP/byte** for this chunk "
-        f"(estimated, {COST_FORMAT}) against **{r.full_cost.gemm_intensity:.0f}** for one prefill of all "
+        f"(estimated, {r.dtype}) against **{r.full_cost.gemm_intensity:.0f}** for one prefill of all "
         f"{r.prompt_tokens}, while the {r.ridge_hardware}'s ridge point is "
-        f"{r.ridge_flops_per_byte:.0f} FLOP/byte (computed from its datasheet): below it a chunk is memory-bound. "
+        f"{r.ridge_flops_per_byte:.0f} FLOP/byte in {r.dtype} (computed from its datasheet): below it a chunk is memory-bound. "
         f"The chunks took **{r.chunked_ms:.1f} ms** against {r.full_ms:.1f} ms for one prefill "
         f"(measured, medians of {r.repeats}), for {si_text(r.chunked_flops, 'FLOP')} against "
         f"{si_text(r.full_cost.flops, 'FLOP')} (estimated): the weight GEMMs' FLOPs are the same, and the "

@@ -19,8 +19,21 @@ import numpy as np
 
 from explorer.figures.theme import si_text
 from explorer.lab.fidelity import log_softmax
+from explorer.ui.plain import markdown_text
 
 POLICIES = ("window", "sinks", "h2o")
+# Where the kept keys and a new token sit: "as-cached", each key at the position it was cached with and a new
+# token at its place in the text; "renumbered", StreamingLLM's rule (Xiao et al. 2024, section 3.2): positions
+# inside the cache, 0..n-1 for the kept keys and n for the new token.
+POSITION_RULES = ("as-cached", "renumbered")
+POSITION_TEXT = {
+    "as-cached": "positions as cached: each kept key keeps the rotary position it was cached with, and each "
+                 "new token its position in the original text (not StreamingLLM's rule, which renumbers inside "
+                 "the cache: pick \"renumbered\")",
+    "renumbered": "positions renumbered inside the cache, as StreamingLLM does: the kept keys are numbered 0 "
+                  "to n-1 (each re-rotated by RoPE as its place in the cache changes) and each new token takes "
+                  "the next number",
+}
 FULL = "full cache"
 # The run's own prompt is decoded instead of the shipped text when it holds this many tokens past W
 # (a long prompt, pasted in the app or given to the CLI), so eviction is measured on the user's text.
@@ -157,6 +170,7 @@ class EvictResult:
         first_text: the text of the first S tokens (the sinks).
         sink_measures: the attention the first tokens draw with the full cache (`SinkMeasures`).
         device, dtype: where and how it ran.
+        positions: the position rule, one of `POSITION_RULES`.
     """
 
     source: str
@@ -171,6 +185,7 @@ class EvictResult:
     sink_measures: SinkMeasures
     device: str
     dtype: str
+    positions: str = "as-cached"
 
     def run(self, name: str) -> PolicyRun:
         return next(run for run in self.runs if run.name == name)
@@ -179,8 +194,8 @@ class EvictResult:
         """The CLI's table: the whole text, and its predictions once past W (where the rules differ)."""
         w = self.window
         rows = [f"text: {self.text_tokens} tokens of {self.source}, {self.prefill_tokens} prefilled then one "
-                f"a step; W = {w}, S = {self.sinks}, H = {self.heavy} ({self.device}, {self.dtype}); positions "
-                "as in the original text",
+                f"a step; W = {w}, S = {self.sinks}, H = {self.heavy} ({self.device}, {self.dtype}); "
+                f"{POSITION_TEXT[self.positions]}; positions counted from 0",
                 f"{'cache':<11} {'ppl':>7} {'ppl >= W':>9} {'top-1':>6} {'top-1 >= W':>10} {'held':>5} {'bytes':>9}",
                 f"{'':<11} {'meas.':>7} {'measured':>9} {'meas.':>6} {'measured':>10} {'meas.':>5} {'computed':>9}"]
         for run in self.runs:
@@ -216,12 +231,12 @@ def lesson_text(result: EvictResult) -> str:
         f"**KV eviction.** {_source_text(r)} was decoded one token at a time, its next "
         f"token forced, with a KV cache that holds at most W = {w} positions ({si_text(window.cache_bytes, 'B')} "
         f"against the full cache's {si_text(full.cache_bytes, 'B')}, computed as positions x 2·L·h_kv·d_h·bytes). "
-        f"Each kept key keeps the rotary position it was cached with, and each new token its position in the "
-        f"original text. Past W, the full cache scores the text at perplexity **{full.perplexity(w):.2f}** "
+        f"Rule for positions: {POSITION_TEXT[r.positions]}. Positions are counted from 0. Past W, the full "
+        f"cache scores the text at perplexity **{full.perplexity(w):.2f}** "
         f"(measured).",
         f"Keeping only the {w} most recent positions: **{window.perplexity(w):.2f}**, the full cache's greedy "
         f"token at {window.top1(w):.1%} of those positions. Keeping also the first {r.sinks} tokens "
-        f"({r.first_text!r}) in place of {r.sinks} recent ones: **{sinks.perplexity(w):.2f}** and "
+        f"(“{markdown_text(r.first_text)}”) in place of {r.sinks} recent ones: **{sinks.perplexity(w):.2f}** and "
         f"{sinks.top1(w):.1%} (measured). " + _sink_verdict(window.perplexity(w), sinks.perplexity(w), r.sinks),
         f"Why: with the full cache, {r.sink_line().split(': ', 1)[1]}, the heads the attention view marks as "
         "sinks."]

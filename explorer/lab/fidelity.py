@@ -155,4 +155,5 @@ class Variant:
         """Where its greedy continuation leaves `reference`'s (e.g. "float32's", "the float cache's"), in words."""
         if self.diverges_at is None:
             return f"matches {reference} for all {len(self.tokens)} tokens"
-        return f"leaves {reference} at token {self.diverges_at + 1} of {len(self.tokens)}"
+        return (f"leaves {reference} at position {self.diverges_at} of its {len(self.tokens)} generated tokens "
+                f"(counted from 0)")

@@ -81,7 +81,7 @@ class KVQuantResult:
                 f"{'meas.':>7} {'meas.':>8} {'measured':>8} {'estimated':>12}"]
         for v in self.variants:
             f = v.fidelity
-            diverges = "never" if v.diverges_at is None else f"at {v.diverges_at}"
+            diverges = "never" if v.diverges_at is None else f"at {v.diverges_at}"  # a position from 0
             rows.append(f"{v.name:<10} {v.bytes_per_element:>8.0f} {f.text_kl_mean:>9.2e} {f.text_kl_max:>8.2e} "
                         f"{f.text_top1:>6.1%} {f.text_max_abs_diff:>7.3f} {f.text_perplexity:>7.2f} {diverges:>8} "
                         f"{v.step_ms:>8.1f} {si_text(v.predicted_step_s * 1e6, 'µs'):>12}")
@@ -89,7 +89,8 @@ class KVQuantResult:
                     f"{', '.join(f'{v.bytes_per_element:.0f}' for v in self.variants)} (computed); stored tensors' "
                     f"nbytes / tokens = {', '.join(f'{b:.0f}' for b in self.stored_bytes_per_token)} (measured)")
         rows.append(f"decode bound: batch {BOUND_BATCH}, {self.bound_context} positions each, on the {self.hardware} "
-                    f"(estimated by the roofline, scales not counted)")
+                    f"(estimated by the roofline, scales not counted); diverges: the first generated position (counted "
+                    f"from 0) that leaves the float cache's")
         rows += [f"{v.name:<10} continues: {self.text_of(v.tokens)!r}" for v in self.variants]
         return rows
 

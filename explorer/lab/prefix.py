@@ -93,8 +93,8 @@ class PrefixCacheResult:
             f"{'suffix on A cache':<22} {shape_text(self.suffix_input_shape):<18} "
             f"{shape_text(self.reused_kv_shape) + ' -> n=' + str(self.final_kv_shape[2]):<24} "
             f"{si_text(self.suffix_flops, 'FLOP'):>18} {self.suffix_ms:>13.1f} ms",
-            f"saved: {1 - self.suffix_flops / self.full_flops:.0%} of the FLOPs (estimated), "
-            f"{1 - self.suffix_ms / self.full_ms:.0%} of the time (measured, median of {self.repeats})",
+            f"saved: {1 - self.suffix_flops / self.full_flops:.0%} of the FLOPs (estimated); time: "
+            f"{time_change(self.suffix_ms, self.full_ms)} (measured, median of {self.repeats})",
             f"logits over B's suffix: max |Δ| {self.max_abs_diff:.2g} (largest |logit| {self.max_abs_logit:.3g}); "
             f"greedy continuation {'identical' if self.same_tokens else 'DIFFERS'}: {self.continuation(False)!r}",
         ]
@@ -110,7 +110,8 @@ def lesson_text(result: PrefixCacheResult) -> str:
         f"tokens, an input of {shape_text(r.suffix_input_shape)} instead of {shape_text(r.full_input_shape)} (measured). "
         f"That is **{1 - r.suffix_flops / r.full_flops:.0%} fewer FLOPs** (estimated: "
         f"{si_text(r.suffix_flops, 'FLOP')} against {si_text(r.full_flops, 'FLOP')}) and took "
-        f"{r.suffix_ms:.1f} ms against {r.full_ms:.1f} ms (measured, median of {r.repeats}). "
+        f"{r.suffix_ms:.1f} ms against {r.full_ms:.1f} ms, {time_change(r.suffix_ms, r.full_ms)} (measured, median of "
+        f"{r.repeats}). "
         f"The logits agree to **{r.max_abs_diff:.1g}** (largest |logit| {r.max_abs_logit:.3g}: float32 "
         f"rounding of the same computation) and the greedy continuation is "
         f"**{'the same token for token' if r.same_tokens else 'different'}**. {_why_time(r)} An engine "
@@ -119,12 +120,26 @@ def lesson_text(result: PrefixCacheResult) -> str:
     )
 
 
+def time_change(ms: float, reference_ms: float) -> str:
+    """A measured time against a reference, said the way it went: "42% less time" or "11% more time
+    (slower)"."""
+    change = 1 - ms / reference_ms
+    return f"{change:.0%} less time" if change >= 0 else f"{-change:.0%} more time (slower)"
+
+
 def _why_time(r: PrefixCacheResult) -> str:
-    """Why the time fell less than the FLOPs, where it did: a short pass still reads every weight."""
+    """Why the time fell less than the FLOPs, where it did (a short pass still reads every weight), or
+    that it did not fall at all, where the cached pass measured slower."""
     flops_share, time_share = r.suffix_flops / r.full_flops, r.suffix_ms / r.full_ms
     if time_share < 1.5 * flops_share:
         return ""
     (full_flops, full_bytes), (flops, moved) = r.full_cost, r.suffix_cost
+    if time_share >= 1:
+        return (f"Here the time did not fall at all: the cached pass measured {time_change(r.suffix_ms, r.full_ms)} "
+                f"than the full prefill, though it does {1 - flops_share:.0%} fewer FLOPs. Passes this short take "
+                f"a few ms, so the timing noise of a busy machine can outweigh the difference; besides, B's "
+                f"{r.suffix_tokens}-token pass still reads every weight, {si_text(moved, 'B')} against "
+                f"{si_text(full_bytes, 'B')} (estimated): a short pass is bound by memory bandwidth, not arithmetic.")
     return (f"The time fell less than the FLOPs: B's {r.suffix_tokens}-token pass still reads every weight, "
             f"{si_text(moved, 'B')} against the full prefill's {si_text(full_bytes, 'B')} (estimated), so it does "
             f"{flops / moved:.1f} FLOPs a byte against {full_flops / full_bytes:.1f}: a short pass is bound by "

@@ -77,8 +77,15 @@ def stored_bytes(shape: tuple[int, int], bits: int, group_size: int) -> float:
     return out * inputs * bits / 8 + out * -(-inputs // min(group_size, inputs)) * SCALE_BYTES
 
 
-def variant_name(bits: int, group_size: int) -> str:
-    return "int8 per channel" if bits == 8 else f"int{bits} g{group_size}"
+def variant_name(bits: int, group_size: int, row_inputs: tuple[int, ...] = ()) -> str:
+    """A variant's name: "int8 per channel", "int4 g32"; a group at least as long as every row of
+    `row_inputs` (the quantized weights' input counts) is one scale a row: "int4 per channel"; one as
+    long as some rows only: "int4 g1000, some rows per channel"."""
+    if bits == 8 or (row_inputs and group_size >= max(row_inputs)):
+        return f"int{bits} per channel"
+    if row_inputs and group_size >= min(row_inputs):
+        return f"int{bits} g{group_size}, some rows per channel"
+    return f"int{bits} g{group_size}"
 
 
 @dataclass(frozen=True)
@@ -122,16 +129,18 @@ class QuantResult:
                 f"{self.quantized_linears} linears ({si_text(self.quantized_weights, '') + ' weights'}) quantized, "
                 f"{self.kept_float} float ({self.device}, {self.dtype})",
                 f"{'variant':<17} {'B/weight':>8} {'KL text':>9} {'KL max':>8} {'top-1':>6} {'max|Δ|':>7} "
-                f"{'ppl':>7} {'diverges':>8} {'step ms':>8} {'bound ' + self.hardware:>16}",
+                f"{'ppl':>7} {'diverges':>8} {'step ms':>8} {'decode bound':>16}",
                 f"{'':<17} {'computed':>8} {'measured':>9} {'measured':>8} {'meas.':>6} {'meas.':>7} "
                 f"{'meas.':>7} {'meas.':>8} {'measured':>8} {'estimated':>16}"]
         for v in self.variants:
             f = v.fidelity
-            diverges = "never" if v.diverges_at is None else f"at {v.diverges_at}"
+            diverges = "never" if v.diverges_at is None else f"at {v.diverges_at}"  # a position from 0
             rows.append(f"{v.name:<17} {v.bytes_per_element:>8.3f} {f.text_kl_mean:>9.2e} {f.text_kl_max:>8.2e} "
                         f"{f.text_top1:>6.1%} {f.text_max_abs_diff:>7.3f} {f.text_perplexity:>7.2f} {diverges:>8} "
                         f"{v.step_ms:>8.1f} {si_text(v.predicted_step_s * 1e6, 'µs'):>16}")
-        rows.append(f"round-trip error: max |w - q(w)| = {self.max_error_over_bound:.3f} x s/2 (bound: 1)")
+        rows.append(f"round-trip error: max |w - q(w)| = {self.max_error_over_bound:.3f} x s/2 (bound: 1); "
+                    f"diverges: the first generated position (counted from 0) that leaves float's; decode bound: "
+                    f"batch 1 on the {self.hardware}")
         rows += [f"{v.name:<17} continues: {self.text_of(v.tokens)!r}" for v in self.variants]
         return rows
 
@@ -143,7 +152,7 @@ def lesson_text(result: QuantResult) -> str:
     parts = [
         f"**Weight quantization.** The {r.quantized_linears} linear layers of the decoder "
         f"({si_text(r.quantized_weights, '') + ' weights'}) were rounded to integers with one scale per output channel "
-        f"(INT8) or per group of {r.group_size} weights (INT4), symmetric round-to-nearest; the {r.kept_float} "
+        f"(INT8) or per group of {r.group_size} weights (INT4{_group_note(r)}), symmetric round-to-nearest; the {r.kept_float} "
         f"stayed float32. The float model scores the shipped text ({r.text_tokens} tokens) at perplexity "
         f"**{base.fidelity.text_perplexity:.2f}** (measured)."]
     for v in r.variants[1:]:
@@ -164,3 +173,12 @@ def lesson_text(result: QuantResult) -> str:
         "The gain is the bytes; the cost is the distance above: accuracy must be measured, not assumed.")
     return " ".join(parts)
 
+
+
+def _group_note(result: QuantResult) -> str:
+    """Where G reaches a row's length the group is the row (groups never cross rows): said so."""
+    name = result.variants[-1].name
+    if name.endswith("some rows per channel"):
+        return "; a group never crosses a row, so the rows of at most G inputs have one scale each"
+    return "; G is at least every row's inputs, so that is one scale a row: per channel" if \
+        name.startswith("int4 per channel") else ""

@@ -103,7 +103,7 @@ class SpeculativeResult:
             `repeats` runs (measured).
         repeats: runs timed per way.
         pieces: each token's text: the prompt's, then the plain way's, then the speculative way's.
-        device, dtype: where and how it ran.
+        device, dtype: where and how it ran; `dtype` is also the format the bytes are estimated in.
     """
 
     prompt_tokens: int
@@ -126,23 +126,52 @@ class SpeculativeResult:
 
     @property
     def acceptance_rate(self) -> float:
-        """Accepted guesses over all guesses (computed from the measured verdicts)."""
+        """Per guess: accepted guesses over all guesses the draft made (computed from the measured
+        verdicts); 0 where no round ran."""
         return sum(r.accepted for r in self.rounds) / max(1, sum(len(r.guesses) for r in self.rounds))
 
     @property
+    def first_guess_rate(self) -> float:
+        """Per round: the share of rounds whose first guess was accepted (computed); 0 without rounds."""
+        return sum(r.accepted > 0 for r in self.rounds) / max(1, len(self.rounds))
+
+    @property
+    def accepted_per_round(self) -> float:
+        """Per round: the mean number of guesses accepted (computed); 0 without rounds."""
+        return sum(r.accepted for r in self.rounds) / max(1, len(self.rounds))
+
+    def acceptance_text(self) -> str:
+        """The acceptance with its definitions: per guess, and per round."""
+        guesses = sum(len(r.guesses) for r in self.rounds)
+        return (f"acceptance {self.acceptance_rate:.0%} per guess ({sum(r.accepted for r in self.rounds)} of the "
+                f"{guesses} guesses accepted); per round, the first guess accepted in {self.first_guess_rate:.0%} "
+                f"of the {len(self.rounds)} rounds, {self.accepted_per_round:.2f} guesses accepted a round")
+
+    @property
     def speed_up(self) -> float:
-        """Plain time per token over speculative time per token (measured)."""
+        """Plain time per token over speculative time per token (measured): above 1, speculative is faster."""
         return self.plain_ms / max(self.speculative_ms, 1e-9)
+
+    def speed_text(self) -> str:
+        """The measured ratio said the way it went: "1.6x the speed" when faster, "4.1x the time per
+        token" (slower) when slower."""
+        if self.speed_up >= 1:
+            return f"{self.speed_up:.2f}x the speed (faster)"
+        return f"{1 / self.speed_up:.2f}x the time per token (slower)"
 
     def ms_per_token(self, speculative: bool) -> float:
         return (self.speculative_ms if speculative else self.plain_ms) / len(self.tokens)
 
     def bytes_per_token(self, speculative: bool) -> float:
-        """Estimated bytes moved per token: plain, one decode step each (after the first, the prefill's);
-        speculative, each round's draft passes and verify pass over the tokens it added."""
+        """Estimated bytes moved per token after the prefill's: plain, one decode step each;
+        speculative, each round's draft passes and verify pass over the tokens it added; 0 where no
+        round ran (one token asked for, or the prefill's was end-of-sequence)."""
+        added = sum(len(r.emitted) for r in self.rounds)
+        if not added:
+            return 0.0
         if speculative:
-            return sum(r.draft_bytes + r.verify_bytes for r in self.rounds) / sum(len(r.emitted) for r in self.rounds)
-        return sum(r.decode_bytes * len(r.emitted) for r in self.rounds) / sum(len(r.emitted) for r in self.rounds)
+            return sum(r.draft_bytes + r.verify_bytes for r in self.rounds) / added
+        return sum(r.decode_bytes * len(r.emitted) for r in self.rounds) / added
 
     def text(self, speculative: bool) -> str:
         start = self.prompt_tokens + (len(self.tokens) if speculative else 0)
@@ -158,12 +187,17 @@ class SpeculativeResult:
             shown = " ".join(f"[{piece!r}]" if i < r.accepted else repr(piece) for i, piece in enumerate(r.guess_pieces))
             lines.append(f"{index:>5} {shown[:44]:<44} {r.full_piece!r:<10} {shape_text(r.verify_input_shape):<14} "
                          f"{r.context:>5} {si_text(r.verify_bytes, 'B') + ' / ' + si_text(r.decode_bytes, 'B'):>34}")
+        if not self.rounds:
+            return [*lines, f"{len(self.tokens)} token, the prefill's: no round to speculate (ask for 2 or more "
+                            f"tokens); tokens {'identical to' if self.same_tokens else 'DIFFER from'} plain greedy "
+                            f"decoding: {self.text(False)!r}"]
         lines += [
-            f"acceptance {self.acceptance_rate:.0%} (measured); {len(self.tokens)} tokens in {len(self.rounds)} "
+            f"{self.acceptance_text()} (measured); {len(self.tokens)} tokens in {len(self.rounds)} "
             f"verify passes instead of {len(self.tokens) - 1} decode steps after the prefill's",
             f"time per token {self.ms_per_token(True):.1f} ms against {self.ms_per_token(False):.1f} ms plain "
-            f"(measured, median of {self.repeats}): {self.speed_up:.2f}x; bytes per token "
-            f"{si_text(self.bytes_per_token(True), 'B')} against {si_text(self.bytes_per_token(False), 'B')} (estimated)",
+            f"(measured, median of {self.repeats}): {self.speed_text()}; bytes per token "
+            f"{si_text(self.bytes_per_token(True), 'B')} against {si_text(self.bytes_per_token(False), 'B')} "
+            f"(estimated, {self.dtype})",
             f"tokens {'identical to' if self.same_tokens else 'DIFFER from'} plain greedy decoding: "
             f"{self.text(False)!r}",
         ]
@@ -173,23 +207,27 @@ class SpeculativeResult:
 def lesson_text(result: SpeculativeResult) -> str:
     """The lesson page: what the draft guessed, what the verify pass cost and what it saved."""
     r = result
+    if not r.rounds:
+        return (f"**Speculative decoding, self-drafted.** Only {len(r.tokens)} token was decoded, the prefill's "
+                "own, so no round of guesses ran: ask for 2 tokens or more to see the draft guess and the full "
+                "model verify.")
     first = r.rounds[0]
     verify_ratio = first.verify_bytes / first.decode_bytes
     return (
         f"**Speculative decoding, self-drafted.** The draft is this model cut short: its first **{r.depth}** of "
         f"{r.layers} layers, then its own final norm and LM head (the logit lens at layer {r.depth}). It guesses "
-        f"**{r.guesses}** tokens one at a time; then the full model runs all of them in one pass (input "
+        f"up to **{r.guesses}** tokens one at a time; then the full model runs all of them in one pass (input "
         f"{shape_text(first.verify_input_shape)}, measured: the last token not yet cached plus the guesses) and "
         f"keeps the guesses that equal its own greedy choice, up to the first that does not, which it replaces "
-        f"with its own token. The draft's guesses were accepted **{r.acceptance_rate:.0%}** of the time "
-        f"(measured), so {len(r.tokens)} tokens took {len(r.rounds)} verify passes. Why it can pay: at batch 1 a "
+        f"with its own token. Measured: {r.acceptance_text()}, so {len(r.tokens)} tokens took "
+        f"{len(r.rounds)} verify passes after the prefill's token. Why it can pay: at batch 1 a "
         f"decode step is memory bound, and the verify pass reads the weights once for all its "
         f"{first.verify_input_shape[1]} rows: {si_text(first.verify_bytes, 'B')} against "
-        f"{si_text(first.decode_bytes, 'B')} for one decode step ({verify_ratio:.2f}x, estimated). With the "
-        f"draft's own passes, {si_text(r.bytes_per_token(True), 'B')} per token against "
+        f"{si_text(first.decode_bytes, 'B')} for one decode step ({verify_ratio:.2f}x, estimated in {r.dtype}). "
+        f"With the draft's own passes, {si_text(r.bytes_per_token(True), 'B')} per token against "
         f"{si_text(r.bytes_per_token(False), 'B')} (estimated); measured here, "
-        f"{r.ms_per_token(True):.1f} ms per token against {r.ms_per_token(False):.1f} ms (**{r.speed_up:.2f}x**). "
-        f"{_verdict(r)} "
+        f"{r.ms_per_token(True):.1f} ms per token against {r.ms_per_token(False):.1f} ms: "
+        f"**{r.speed_text()}**. {_verdict(r)} "
         f"The tokens are **{'identical to' if r.same_tokens else 'DIFFERENT from'}** plain greedy decoding's. "
         "Sampling keeps the full model's distribution too: keep a guess x with probability min(1, p(x)/q(x)), "
         "else draw from norm(max(0, p − q)) (Leviathan et al. 2023; Chen et al. 2023)."

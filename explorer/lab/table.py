@@ -22,8 +22,9 @@ from explorer.figures.lab.kvquant import fig_kvquant
 from explorer.figures.lab.prefix import fig_prefix
 from explorer.figures.lab.quant import fig_quant
 from explorer.figures.lab.speculative import fig_speculative
+from explorer.figures.lab.tensor import fig_tensor
 from explorer.figures.lab.tiles import fig_tiles
-from explorer.lab import batching, chunked, evict, kvquant, prefix, quant, speculative, tiles
+from explorer.lab import batching, chunked, evict, kvquant, prefix, quant, speculative, tensor, tiles
 from explorer.lab.params import LabParam
 
 
@@ -35,9 +36,11 @@ class Experiment:
         name: its key (`explorer lab NAME`, the app's menu value, `RUNNERS`).
         title: its name in the app's menu and the CLI's help.
         what: one sentence on what it runs and what it proves.
-        params: its whole-number parameters, in the order the app's boxes show them.
+        params: its parameters: whole numbers, in the order the app's boxes show them, and at most
+            one menu (`LabParam.choices`), the app's menu beside them.
         figure: (result) -> its figure.
         lesson: (result) -> its lesson page (Markdown) from the run's numbers.
+        local_only: refused where the app is hosted (it starts processes of its own).
     """
 
     name: str
@@ -46,6 +49,7 @@ class Experiment:
     params: tuple[LabParam, ...]
     figure: Callable[[Any], go.Figure]
     lesson: Callable[[Any], str]
+    local_only: bool = False
 
 
 LAB = {experiment.name: experiment for experiment in (
@@ -94,17 +98,19 @@ LAB = {experiment.name: experiment for experiment in (
                   help="keys per block of the online softmax; at least the row's keys: one block"),
          LabParam("layer", "Layer", 0, 0, 255, help="the layer whose attention is tiled, 0 to L - 1"),
          LabParam("head", "Query head", 0, 0, 255, help="the query head, 0 to h_q - 1 (GQA: its KV head is head // g)"),
-         LabParam("position", "Query row (1..T; 0: the last)", 0, 0, 8192,
-                  help="the query row, 1 to the prompt's tokens; 0: the last, which sees every key")),
+         LabParam("position", "Query position (from 0; -1: the last)", -1, -1, 8191,
+                  help="the query row's position, counted from 0 (0 to T - 1); -1: the last, which sees every key")),
         fig_tiles, tiles.lesson_text),
     Experiment(
         "quant", "Weight quantization (INT8, INT4)",
         "The decoder's linear weights rounded to INT8 (per output channel) and INT4 (per group of G): what "
         "each costs in KL, top-1 agreement and perplexity of a fixed text, beside the bytes a weight and the "
         "roofline's predicted decode speed.",
-        (LabParam("bits", "Bits (8, 4; 0: both)", 0, 0, 8, help="the variant run: 8 (INT8), 4 (INT4), 0 both"),
+        (LabParam("bits", "Weight format", 0, 0, 8, help="the variant run",
+                  choices=(("both", 0), ("int8", 8), ("int4", 4))),
          LabParam("group_size", "INT4 group size G (weights per scale)", 32, 1, 4096,
-                  help="input weights sharing one INT4 scale"),
+                  help="input weights sharing one INT4 scale; at least a row's inputs: one scale a row "
+                       "(per channel)"),
          LabParam("continue_tokens", "Greedy tokens N", 12, 1, 128, hosted_maximum=32,
                   help="tokens each variant generates after the prompt"),
          LabParam("text_tokens", "Text tokens scored", 256, 2, 2048, hosted_maximum=384,
@@ -115,8 +121,8 @@ LAB = {experiment.name: experiment for experiment in (
         "Every cached key and value stored as INT8 or FP8 (e4m3) codes with one fp16 scale per token per KV head, "
         "dequantized when attention reads them: what each costs in KL, top-1 agreement and perplexity of a fixed "
         "text, beside the cache's bytes per token and the roofline's predicted decode speed at batch 64.",
-        (LabParam("kv_format", "KV format (1: INT8, 2: FP8 e4m3; 0: both)", 0, 0, 2,
-                  help="the quantized cache run: 1 (INT8), 2 (FP8 e4m3), 0 both"),
+        (LabParam("kv_format", "KV-cache format", 0, 0, 2, help="the quantized cache run",
+                  choices=(("both", 0), ("int8", 1), ("fp8-e4m3", 2))),
          LabParam("continue_tokens", "Greedy tokens N", 12, 1, 128, hosted_maximum=32,
                   help="tokens each cache generates after the prompt"),
          LabParam("text_tokens", "Text tokens scored", 256, 2, 2048, hosted_maximum=384,
@@ -131,6 +137,19 @@ LAB = {experiment.name: experiment for experiment in (
                   help="the most positions the cache holds; fewer than the text's tokens"),
          LabParam("sinks", "Sinks S (first tokens kept)", 4, 0, 2047, help="the first positions 'sinks' keeps, below W"),
          LabParam("text_tokens", "Text tokens decoded", 96, 2, 2048, hosted_maximum=256,
-                  help="the shipped text's first tokens, fed one at a time")),
+                  help="the shipped text's first tokens, fed one at a time"),
+         LabParam("positions", "Positions of the kept keys", 0, 0, 1,
+                  help="as-cached: each key keeps the position it was cached at and a new token its place in "
+                       "the text; renumbered: the kept keys numbered 0..n-1 inside the cache, as StreamingLLM does",
+                  choices=(("as-cached", 0), ("renumbered", 1)))),
         fig_evict, evict.lesson_text),
+    Experiment(
+        "tensor", "Tensor parallelism over R processes",
+        "The model sharded over R processes (torch.distributed, gloo), by its own tensor-parallel plan: each rank's "
+        "query and KV heads and MLP columns, the two all-reduces a layer and their bytes and time against the "
+        "compute, and the logits and greedy tokens equal to one process's. Runs locally only, not on the hosted app.",
+        (LabParam("ranks", "Ranks R (processes; R divides h_q, h_kv and d_ff)", 3, 1, 8,
+                  help="processes the model is sharded over, each one thread"),
+         LabParam("tokens", "Greedy tokens N", 8, 1, 64, help="tokens each rank decodes after the prefill")),
+        fig_tensor, tensor.lesson_text, local_only=True),
 )}

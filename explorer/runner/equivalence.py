@@ -19,14 +19,12 @@ from collections.abc import Callable
 import torch
 from transformers import DynamicCache
 
-from explorer.analysis.equivalence import Comparison, EquivalenceResult
+from explorer.analysis.equivalence import DEFAULT_STEPS, MAX_STEPS, Comparison, EquivalenceResult
 from explorer.errors import PromptError, SessionStateError
 from explorer.runner.loaded import LoadedModel
 from explorer.runner.attention_view import attention_view
 from explorer.runner.passes import model_pass, own_copy
 
-DEFAULT_STEPS = 8
-MAX_STEPS = 32
 MAX_PROMPT_TOKENS = 512
 MAX_COPY_BYTES = 4 * 2**30  # the precision variant copies the model: only where the copy is small
 # The other rows of the batch: a short one and one longer than most prompts, so the prompt's row is padded.

@@ -166,9 +166,10 @@ class LiveLens:
 
     def add(self, residuals: list[torch.Tensor], logits: np.ndarray | None, next_ids: list[int],
             first_position: int) -> None:
-        """Hold the next step's residuals (`capture_residuals`; an empty list: shape-only mode, no lens)
-        with its logits [V] float32, the id following each column and the first column's position."""
-        step = _Step(residuals, logits, list(next_ids), first_position) if residuals else None
+        """Hold the next step's residuals (`capture_residuals`) with its logits [V] float32, the id following
+        each column and the first column's position. No lens where there are no residuals (shape-only
+        mode) or no logits (a batch whose sequence 0 has ended: it is fed the pad id, nothing is drawn)."""
+        step = _Step(residuals, logits, list(next_ids), first_position) if residuals and logits is not None else None
         self._steps.append(step)
         self.residual_bytes += step.nbytes if step else 0
         pending = (s for s in self._steps if s is not None and s.record is None)

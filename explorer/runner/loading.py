@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError
-from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from explorer.config import PRESET_SOURCES, SMOLLM2_PRESET, cache_dir, load_hf_config
 from explorer.errors import ConfigError, ModelLoadError, first_line
@@ -48,6 +48,7 @@ __all__ = ["DEFAULT_MODEL", "MEMORY_HEADROOM", "LoadedModel", "cache_dir", "esti
            "resolved_model_config"]
 
 DEFAULT_MODEL = embedded.NAME
+HUB_CHECK_TIMEOUT_S = 3.0  # the one look-up of a hub id not in the cache: an answer comes in well under a second
 
 
 def load(model: str | None = None, config: str | None = None, device: str = "auto", dtype: str = "auto",
@@ -146,6 +147,11 @@ def load_shape_only(preset_or_path: str) -> LoadedModel:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=config.dtype or torch.float32)
     model.eval().requires_grad_(False)
+    # transformers' padding warning (GPT-2, where the config sets pad_token_id and no attention mask is
+    # passed) reads the ids to look for the pad id, which meta ids do not have; it only logs a warning
+    for module in model.modules():  # the inner model runs it (GPT2Model)
+        if isinstance(module, PreTrainedModel):
+            module.warn_if_padding_and_no_attention_mask = lambda input_ids, attention_mask: None
     tokenizer = _smollm2_tokenizer() if preset_or_path == SMOLLM2_PRESET else None
     description = (f"{preset_or_path}: shape-only {config.model_type}, {config.num_hidden_layers} layers, "
                    f"{_parameter_count(model) / 1e9:.2f} B parameters, no weights (meta device)")
@@ -199,22 +205,77 @@ def _path_kind(name_or_path: str) -> tuple[Path, str | None]:
 def _pretrained_config(source: str, name: str):
     """The model's config, from the folder, the local HF cache or the hub; remote code never runs.
 
+    A hub id not in the cache is first looked up on the hub once, briefly (`_check_on_hub`): offline,
+    transformers' download would retry for about 30 s before saying so.
+
     Raises:
-        ModelLoadError: not cached and the hub unreachable, or a config transformers cannot read.
+        ModelLoadError: not cached and the hub off, unreachable or without the model, or a config
+            transformers cannot read.
     """
     try:
+        config = _cached_config(source)
+        if config is not None:
+            return config
+        _check_on_hub(name)
         return AutoConfig.from_pretrained(source, trust_remote_code=False)
+    except BrokenPipeError:  # the output's reader went away (a progress line): not the model's fault
+        raise
     except OSError as exc:
         raise ModelLoadError(
             f"Cannot find '{name}': it is not a local folder, not in the Hugging Face cache, and the hub "
-            f"could not be reached or has no such model ({first_line(exc)}). Download it where there is "
-            f"network (`hf download {name}`), pass a local folder, or run shape-only with --config."
+            f"could not be reached or has no such model ({first_line(exc)}). {_fetch_advice(name)}"
         ) from exc
     except (ValueError, KeyError) as exc:
         raise ModelLoadError(
             f"transformers cannot read the config of '{name}' without running its own code "
             f"({first_line(exc)}); remote code is never run. Pick a model transformers supports natively."
         ) from exc
+
+
+def _cached_config(source: str):
+    """The config from the folder or the local HF cache, never the network; None for a hub id not cached.
+
+    Raises:
+        OSError: a folder whose config.json cannot be read. ValueError, KeyError: as `AutoConfig`.
+    """
+    try:
+        return AutoConfig.from_pretrained(source, trust_remote_code=False, local_files_only=True)
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError) or Path(source).is_dir():
+            raise
+        return None
+
+
+def _check_on_hub(name: str) -> None:
+    """Ask the hub once, within `HUB_CHECK_TIMEOUT_S`, whether it has the model `name` (huggingface_hub's
+    `model_info`, which does not retry), so that no network, no hub or no such model is said at once.
+
+    Raises:
+        ModelLoadError: the hub is off here (`HF_HUB_OFFLINE`), could not be reached, has no model of
+            that name (or it is private and no token here gives access), or the name is no hub id.
+    """
+    from huggingface_hub import constants, model_info
+    from huggingface_hub.errors import HFValidationError, RepositoryNotFoundError
+
+    where = f"Cannot find '{name}': it is not a local folder and not in the Hugging Face cache"
+    if constants.HF_HUB_OFFLINE:
+        raise ModelLoadError(f"{where}, and the hub is off here (HF_HUB_OFFLINE=1). {_fetch_advice(name)}")
+    try:
+        model_info(name, timeout=HUB_CHECK_TIMEOUT_S)
+    except RepositoryNotFoundError as exc:
+        raise ModelLoadError(f"{where}, and the Hugging Face hub has no model of that name (or it is private and "
+                             "no token here gives access). Check the id, e.g. Qwen/Qwen3-0.6B.") from exc
+    except HFValidationError as exc:
+        raise ModelLoadError(f"Cannot find '{name}': it is neither a local folder nor a hub id "
+                             f"({first_line(exc)}). Pass a hub id such as Qwen/Qwen3-0.6B.") from exc
+    except Exception as exc:  # noqa: BLE001 - whatever the hub's HTTP client raises for a lost connection
+        raise ModelLoadError(f"{where}, and the Hugging Face hub could not be reached within "
+                             f"{HUB_CHECK_TIMEOUT_S:g} s ({first_line(exc)}). {_fetch_advice(name)}") from exc
+
+
+def _fetch_advice(name: str) -> str:
+    return (f"Download it where there is network (`hf download {name}`), pass a local folder, or run "
+            "shape-only with --config.")
 
 
 def experts_implementation(config) -> dict[str, str]:
@@ -260,6 +321,8 @@ def _from_pretrained(source: str, name: str, description: str | None, device: st
         model = AutoModelForCausalLM.from_pretrained(
             source, config=config, dtype=need.dtype, device_map=placement.device_map,
             max_memory=placement.max_memory, trust_remote_code=False, **experts_implementation(config))
+    except BrokenPipeError:  # the output's reader went away (transformers' progress bar): the weights are fine
+        raise
     except (OSError, SafetensorError) as exc:  # SafetensorError: a truncated or garbled .safetensors file
         raise ModelLoadError(f"'{name}' has a config but its weights cannot be read ({first_line(exc)}). "
                              "Re-download it, or run shape-only with --config.") from exc
@@ -304,6 +367,8 @@ def _tokenizer_or_none(source: str) -> PreTrainedTokenizerBase | None:
     """The tokenizer saved with the model, or None when there is none (prompts are then token counts)."""
     try:
         return AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    except BrokenPipeError:
+        raise
     except (OSError, ValueError, TypeError) as exc:
         logger.warning("No tokenizer for %s (%s); prompts will be token counts.", source, exc)
         return None

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from explorer.config import MAX_BATCH
 from explorer.errors import PromptError
 from explorer.runner.batch import MAX_PROMPTS, Batch, pad_id
 from explorer.runner.loaded import LoadedModel
 from explorer.runner.prompts import check_prompt_chars, check_unicode
 
-# The most sequences one run takes together (`InferenceSession.prefill(batch=...)`).
-MAX_BATCH = 256
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,13 @@ the start-up costs."""
 
 from __future__ import annotations
 
-import logging
+import transformers
 
 from explorer.config import SamplingSettings
-from explorer.errors import first_line
+from explorer.errors import ModelLoadError, first_line
 from explorer.runner.embedded import Progress, report
 from explorer.runner.loaded import LoadedModel
 from explorer.runner.session import InferenceSession
-
-logger = logging.getLogger(__name__)
 
 # Every logits processor on, so each one's first call is paid here (greedy: the decode step).
 WARM_UP_SAMPLING = SamplingSettings(do_sample=True, temperature=0.7, top_k=5, top_p=0.9, min_p=0.05,
@@ -32,8 +30,11 @@ def warm_up(loaded: LoadedModel, progress: Progress | None = None) -> None:
     here). The same path a session runs (`InferenceSession`: hooks, eager attention, the sampling
     processors, the detokenizer) pays them here, on the prompt "Hi": about the cost of one short
     prefill and one decode step (0.4-0.6 s there). A model without a tokenizer is not warmed up: a
-    step on real weights needs a text prompt. A warm-up that fails is logged and ignored: the first
-    step then reports it plainly.
+    step on real weights needs a text prompt.
+
+    Raises:
+        ModelLoadError: the warm-up step failed, so every step would (a library older than the
+            package's floors, say): the load stops here with the reason, not at a person's first Prefill.
     """
     if loaded.shape_only or loaded.tokenizer is None:
         return
@@ -43,8 +44,10 @@ def warm_up(loaded: LoadedModel, progress: Progress | None = None) -> None:
         session.prefill("Hi")
         if not session.finished:
             session.decode_step(SamplingSettings(max_new_tokens=2))
-    except Exception as exc:  # the warm-up is an optimisation; the first real step will say what fails
-        logger.warning("The warm-up step of %s failed (%s); the first step's times may include start-up costs.",
-                       loaded.name, first_line(exc))
+    except Exception as exc:  # whatever broke it would break every step a person runs
+        raise ModelLoadError(
+            f"{loaded.name} loaded, but a first traced step on it failed ({first_line(exc)}), so no step could "
+            f"run. If a library is older than the explorer needs, `pip check` names it (transformers here: "
+            f"{transformers.__version__}).") from exc
     finally:
         session.close()

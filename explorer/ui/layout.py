@@ -154,7 +154,7 @@ def _step_row(facts: ModelFacts) -> dict[str, gr.components.Component]:
     with gr.Row(elem_id="step-row"):
         step = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True, scale=1, min_width=160)
         # its range once the start-up model is loaded (a placeholder, not movable, until then)
-        layer = gr.Slider(0, (facts.num_layers or 2) - 1, 0, step=1, label="Layer", elem_id="layer-slider", scale=1,
+        layer = gr.Slider(0, (facts.num_layers or 2) - 1, 0, step=1, precision=0, label="Layer", elem_id="layer-slider", scale=1,
                           min_width=200, interactive=facts.num_layers is not None)
         text = gr.Textbox(label="Generated text", interactive=False, elem_id="generated-text", lines=1, max_lines=3,
                           scale=3, min_width=240)
@@ -205,8 +205,8 @@ def _view_settings(facts: ModelFacts) -> dict[str, gr.components.Component]:
     """The view controls not needed at every step: heads averaged, attention zoom, roofline machine, presenter."""
     with gr.Accordion("Views: attention, roofline, presenter mode", open=True, elem_id="view-settings"):
         average = gr.Checkbox(False, label="Attention: average over heads", elem_id="average-heads")
-        zoom = gr.Textbox("", label=f"Attention: zoom to {ZOOM_TOKENS} tokens from token", max_lines=1,
-                          placeholder="empty: the whole matrix", elem_id="attention-zoom")
+        zoom = gr.Number(None, label=f"Attention: zoom to {ZOOM_TOKENS} tokens from token", precision=0, minimum=0,
+                         placeholder="empty: the whole matrix", elem_id="attention-zoom")
         hardware = gr.Dropdown(hardware_names(), value=facts.hardware, label="Roofline hardware", elem_id="hardware-select")
         sink = gr.Number(DEFAULT_SINK_THRESHOLD, label="Attention: a sink puts a mean weight over this on token 0",
                          minimum=0, maximum=1, step=0.05, elem_id="sink-threshold")
@@ -253,7 +253,7 @@ def _sampling_controls(limits: Limits) -> dict[str, gr.components.Component]:
         with gr.Row():
             temperature = gr.Slider(*RANGES["temperature"], s.temperature, step=0.05, label="Temperature",
                                     elem_id="temperature")
-            top_k = gr.Slider(*RANGES["top_k"], s.top_k, step=1, label="Top-k", info="0: off", elem_id="top-k")
+            top_k = gr.Slider(*RANGES["top_k"], s.top_k, step=1, precision=0, label="Top-k", info="0: off", elem_id="top-k")
             top_p = gr.Slider(*RANGES["top_p"], s.top_p, step=0.01, label="Top-p", info="1: off", elem_id="top-p")
             min_p = gr.Slider(*RANGES["min_p"], s.min_p, step=0.01, label="Min-p", info="0: off", elem_id="min-p")
     return {"do_sample": sample_box, "temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p,
@@ -330,14 +330,17 @@ def _lab_panel() -> tuple[gr.Plot, dict[str, gr.components.Component]]:
                 menu = gr.Dropdown([(e.title, e.name) for e in LAB.values()], value=first.name, label="Experiment",
                                    elem_id="lab-select")
                 # the button before the parameters: on a 720-pixel screen it is in sight, the defaults set
-                button = gr.Button("Run it on this prompt", variant="primary", elem_id="lab-btn")
+                button = gr.Button("Run the experiment", variant="primary", elem_id="lab-btn")
                 boxes = []
                 for row in range(0, handlers.LAB_PARAM_SLOTS, 2):
                     with gr.Row():
                         boxes += [gr.Number(elem_id=f"lab-param-{slot}", precision=0, min_width=120,
                                             **handlers.lab_param_box(first, slot)) for slot in (row, row + 1)]
+                # any name reaches the handler, which reads it as the experiment's parameter (an API client sends one)
+                menu_box = gr.Dropdown(elem_id="lab-choice", allow_custom_value=True, **handlers.lab_menu(first))
             text = gr.Markdown(first.what, elem_id="lab-text", latex_delimiters=[], label="Its lesson (Markdown)")
-    return plot, {"lab_select": menu, "lab_params": boxes, "lab_btn": button, "lab_text": text, "lab_setup": setup}
+    return plot, {"lab_select": menu, "lab_params": boxes, "lab_choice": menu_box, "lab_btn": button, "lab_text": text,
+                  "lab_setup": setup}
 
 
 def _what_if_controls() -> dict[str, gr.components.Component]:

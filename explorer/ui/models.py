@@ -7,6 +7,7 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from explorer.closed_pipe import again_if_closed
 from explorer.config import preset_names
 from explorer.errors import ModelLoadError
 from explorer.ui.startup import ModelFacts, PendingModel
@@ -114,10 +115,29 @@ class ModelRegistry:
             self._extra.move_to_end(key)
             return self._extra[key]
 
+    def resolve(self, custom: str) -> None:
+        """Read the config of `custom` (a hub id or folder) where it is not loaded yet
+        (`explorer.runner.loading.resolved_model_config`): a name the hub lacks, or a hub out of reach,
+        is said before the Prefill takes its place in the model's queue, so that the look-up holds no
+        other page's step. A blank, loaded or not allowed name is left to `get`.
+
+        Raises:
+            ConfigError, ModelLoadError: the name is no folder here and no model the hub (or its
+                cache) has, said as `load_model` would.
+        """
+        custom = (custom or "").strip()
+        if not custom or custom in self._extra or custom == self.pending.expected.name or (
+                self.allowed is not None and custom not in self.allowed):
+            return
+        self.pending.wait()  # the runner is imported by the start-up load, never beside it
+        from explorer.runner.loading import resolved_model_config
+
+        resolved_model_config(model=custom)
+
     def _load(self, choice: str, custom: str) -> LoadedModel:
         device = self.device  # waits for the start-up load, which imports the runner
         from explorer.runner.loading import load_model, load_shape_only
 
         if custom or choice in (self.allowed or ()):
-            return load_model(custom or choice, device=device)
+            return again_if_closed(lambda: load_model(custom or choice, device=device))
         return load_shape_only(choice.removeprefix(SHAPE_ONLY_PREFIX))

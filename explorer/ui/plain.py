@@ -24,3 +24,30 @@ def markdown_text(text: str) -> str:
     rendered text, where an escaped `$$` is a delimiter again.
     """
     return _MARKDOWN_PUNCTUATION.sub(r"\\\1", " ".join(text.split()))
+
+
+def markdown_plain(markdown: str) -> str:
+    """A lesson's Markdown as plain text for a terminal: its bold and italic markers dropped, its
+    backslash escapes (`markdown_text`'s) undone, so "**5%**" reads "5%" and "\\<s\\>" reads "<s>"."""
+    text = re.sub(r"(?<!\\)\*+", "", markdown)
+    return _ESCAPED.sub(r"\1", text)
+
+
+_ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")
+
+
+# Gradio 6 renders a component's `info` line with a small Markdown of its own (after escaping HTML):
+# `code`, [text](address) links, **bold**, __bold__, *em* and _em_ at a word's edge, with no backslash
+# escapes (`markdown_text`'s would show as written). Each of those marks is broken or replaced by a
+# character that looks alike, so the line shows the text as written.
+_INFO_MARKS = (("](", "]\u200b("), ("`", "\u02cb"), ("*", "\u2217"), ("__", "_\u200b_"))
+
+
+def info_text(text: str) -> str:
+    """`text` for a component's `info` line, shown as written on one line: runs of whitespace one
+    space, and none of the marks of Gradio's `info` Markdown left to act (`_INFO_MARKS`; an
+    underscore at a word's start becomes U+FF3F, the full-width low line)."""
+    text = " ".join(text.split())
+    for mark, shown in _INFO_MARKS:
+        text = text.replace(mark, shown)
+    return re.sub(r"(?<!\w)_", "\uff3f", text)

@@ -6,12 +6,15 @@ builds the components into a dict by name; the handlers' typed controls name the
 from __future__ import annotations
 
 import functools
+import inspect
+from collections.abc import Callable
 
 import gradio as gr
 
 from explorer.figures.views import VIEWS
 from explorer.ui import handlers, lesson
 from explorer.ui.api import API
+from explorer.ui.api_events import add_endpoint, api_outputs, step_numbers
 from explorer.ui.handlers import (
     PROMPT_INPUTS,
     SAMPLING_FIELDS,
@@ -85,22 +88,21 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
                  "validator": app.validate_model_event}
     in_turns = model_run | {"concurrency_id": TURNS_QUEUE, "concurrency_limit": app.served.limits.max_sessions}
     outputs, views, sampling = _step_outputs(c), named(c, VIEW_INPUTS), named(c, SAMPLING_FIELDS)
-    run = c["run_btn"].click(handlers.on_run_click, [c["visit"], c["run_count"], *sampling, *views],
-                             outputs, api_name="run", api_description=API["run"], trigger_mode="always_last",
-                             **in_turns)
+    step_event = functools.partial(_step_event, outputs=outputs, api_outputs=api_outputs(outputs, step_numbers()))
+    run = step_event(c["run_btn"].click, handlers.on_run_click, [c["visit"], c["run_count"], *sampling, *views], "run",
+                     trigger_mode="always_last", **in_turns)
     # a new prefill or a reset stops a run of N tokens after the step in flight (the steps taken are kept); a
     # cancel of its own, as an event that waits in the model queue behind the run would cancel nothing
     for button in (c["prefill_btn"], c["reset_yes"]):
         button.click(None, cancels=[run])
     # the prefill's progress also shows where its figure will appear (the empty view before the first one)
-    prefill = c["prefill_btn"].click(app.on_prefill_click, [*named(c, PROMPT_INPUTS), *sampling, *views], outputs,
-                                     api_name="prefill", api_description=API["prefill"], trigger_mode="always_last",
-                                     **model_run | {"validator": app.validate_prefill,
-                                                    "show_progress_on": [c["status"], *_plots(c)]})
+    prefill = step_event(c["prefill_btn"].click, app.on_prefill_click, [*named(c, PROMPT_INPUTS), *sampling, *views],
+                         "prefill", trigger_mode="always_last",
+                         **model_run | {"validator": app.validate_prefill, "show_progress_on": [c["status"], *_plots(c)]})
     prefill.success(handlers.model_info, c["visit"], c["model_choice"], api_visibility="private", show_progress="hidden")
     # every click on Next token is one step, run in order, even while the previous one runs
-    c["decode_btn"].click(handlers.on_decode_click, [c["visit"], *sampling, *views], outputs,
-                          api_name="decode", api_description=API["decode"], trigger_mode="multiple", **model_run)
+    step_event(c["decode_btn"].click, handlers.on_decode_click, [c["visit"], *sampling, *views], "decode",
+               trigger_mode="multiple", **model_run)
     for button, handler in ((c["branch_btn"], handlers.on_branch_click), (c["latest_btn"], handlers.on_latest_click)):
         button.click(handler, [c["visit"], *sampling, *views], outputs, api_visibility="private", **in_turns)
     # Reset asks first (nothing runs until it is confirmed); R on the keyboard presses Reset
@@ -108,11 +110,21 @@ def _wire_steps(c: dict, app: ServedHandlers) -> None:
                          api_visibility="private", show_progress="hidden")
     c["reset_no"].click(lambda: gr.update(visible=False), None, c["confirm_reset"], queue=False,
                         api_visibility="private", show_progress="hidden")
-    reset = c["reset_yes"].click(app.on_reset_click, None, outputs, api_name="reset", api_description=API["reset"])
+    reset = step_event(c["reset_yes"].click, app.on_reset_click, None, "reset")
     # the session the exports came from is gone (their files deleted): the download buttons go with it
     for event in (prefill, reset):
         event.success(handlers.no_export, None, named(c, ("export_file", "html_file")), queue=False,
                       api_visibility="private", show_progress="hidden")
+
+
+def _step_event(trigger: Callable, handler: Callable, inputs: list | None, api_name: str, outputs: list,
+                api_outputs: list, **event) -> gr.events.Dependency:
+    """The page's event of `trigger` (private), and its twin, the API's endpoint `api_name`, in the same
+    queue with the same validator, its outputs plain values (`explorer.ui.api_events`)."""
+    dependency = trigger(handler, inputs, outputs, api_visibility="private", **event)
+    queue = {key: value for key, value in event.items() if key in ("concurrency_id", "concurrency_limit", "validator")}
+    add_endpoint(handler, inputs, api_outputs, api_name=api_name, api_description=API[api_name], **queue)
+    return dependency
 
 
 def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
@@ -193,10 +205,11 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     lab_queue = model_queue | {"concurrency_id": LAB_QUEUE, "concurrency_limit": LAB_AT_ONCE}
     c["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["equivalence_steps"]],
                                c["plots"]["equivalence"], show_progress="minimal", **lab_queue)
-    c["lab_select"].input(handlers.on_lab_select, c["lab_select"], [*c["lab_params"], c["lab_text"]],
+    c["lab_select"].input(handlers.on_lab_select, c["lab_select"], [*c["lab_params"], c["lab_choice"], c["lab_text"]],
                           queue=False, show_progress="hidden", api_visibility="private")
     # the experiment's setup folds away once it ran, so its lesson text rises beside the figure
-    c["lab_btn"].click(handlers.on_lab_click, [c["visit"], c["lab_select"], *c["lab_params"], c["presenter"]],
+    c["lab_btn"].click(handlers.on_lab_click, [c["visit"], c["lab_select"], *c["lab_params"], c["lab_choice"],
+                                               c["presenter"]],
                        [c["plots"]["lab"], c["lab_text"]], show_progress="minimal", api_name="lab",
                        api_description=API["lab"], concurrency_id=LAB_QUEUE, concurrency_limit=LAB_AT_ONCE,
                        validator=app.validate_model_event).success(
@@ -218,4 +231,16 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     for name in FILTERS:
         c[name].input(handlers.on_sampling_change, sampling_inputs, c["plots"]["sampling"], api_visibility="private")
     # any view's figure for API clients (gradio_client), whose pages have no tabs (attention may be recomputed)
-    gr.api(app.on_figure_call, api_name="figure", api_description=API["figure"], concurrency_id=MODEL_QUEUE)
+    gr.api(evaluated(app.on_figure_call), api_name="figure", api_description=API["figure"], concurrency_id=MODEL_QUEUE)
+
+
+def evaluated(method: Callable) -> Callable:
+    """`method` with its annotations evaluated: `gr.api` reads the return type from the signature as
+    written, which `from __future__ import annotations` leaves as text (typed Any in the API)."""
+
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        return method(*args, **kwargs)
+
+    call.__signature__ = inspect.signature(method, eval_str=True)
+    return call

@@ -63,9 +63,10 @@ def new_page(browser):
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"  # the browser tests' screenshots
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def embedded_app_url(embedded_model):
-    """The app on the embedded model with the local limits, served once per test module."""
+    """The app on the embedded model with the local limits, served once for the session: every test opens
+    pages of its own (their sessions end as the pages close), so the modules share one server."""
     from served_app import serving
 
     from explorer.ui.hosting import LOCAL

@@ -4,7 +4,7 @@ Type a prompt, Prefill, three Next token clicks and one keyboard shortcut, then 
 switch layer, move the temperature, go back to step 1, and open a second page. Screenshots of
 every view are saved under artifacts/e2e/.
 
-The app is served once for the module; every test opens its own freshly loaded page (its own session)
+The app is served once for the session (tests/e2e/conftest.py); every test opens its own freshly loaded page (its own session)
 and runs the steps it needs itself (`prefill`, `next_tokens`, `run_tokens`), so each passes alone and in
 any order. The browser and `new_page` come from tests/e2e/conftest.py.
 """
@@ -12,7 +12,6 @@ any order. The browser and `new_page` come from tests/e2e/conftest.py.
 from __future__ import annotations
 
 import re
-import socket
 import time
 from pathlib import Path
 
@@ -55,25 +54,11 @@ STATUS_AT_CLICK = """selector => document.addEventListener('click', event => {
 }, true)"""
 
 
-@pytest.fixture(scope="module")
-def app_url(embedded_model):
-    from explorer.ui.layout import build_demo, launch_options
-
-    demo = build_demo(embedded_model)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                **launch_options())
-    yield f"http://127.0.0.1:{port}/"
-    demo.close()
-
-
 @pytest.fixture
-def open_app(new_page, app_url):
+def open_app(new_page, embedded_app_url):
     """`open_app(query="")`: a freshly loaded page of the app (`query` appended to its address)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    return lambda query="": new_page(app_url + query, timeout_ms=TIMEOUT_MS)
+    return lambda query="": new_page(embedded_app_url + query, timeout_ms=TIMEOUT_MS)
 
 
 @pytest.fixture
@@ -260,7 +245,8 @@ def test_a_shared_link_fills_the_prompt_and_the_settings(open_app):
                                                                           r"Bonjour\+%C3%A0\+tous&.*temperature=1\.3"))
 
 
-def test_a_prefill_clicked_as_soon_as_a_links_page_allows_runs_with_the_links_settings(browser, app_url, monkeypatch):
+def test_a_prefill_clicked_as_soon_as_a_links_page_allows_runs_with_the_links_settings(browser, embedded_app_url,
+                                                                                         monkeypatch):
     from explorer.ui.handlers import served
 
     read = served.values_from_query
@@ -268,7 +254,7 @@ def test_a_prefill_clicked_as_soon_as_a_links_page_allows_runs_with_the_links_se
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
         page = context.new_page()
-        page.goto(app_url + "?prompt=Once+upon+a+time&sample=1&temperature=1.5&top_k=40&seed=4")
+        page.goto(embedded_app_url + "?prompt=Once+upon+a+time&sample=1&temperature=1.5&top_k=40&seed=4")
         page.locator("#prefill-btn").click(timeout=TIMEOUT_MS)  # waits only until the button is enabled
         expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
         page.get_by_role("tab", name="Sampling", exact=True).click()

@@ -13,6 +13,7 @@ it the app's start (importing torch, transformers and gradio).
 from __future__ import annotations
 
 import os
+import runpy
 import shutil
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from explorer.ui.static import ASSET_NAMES
 pytestmark = [pytest.mark.real_model, pytest.mark.install]
 
 ROOT = Path(__file__).resolve().parents[2]
-PROJECT_FILES = ("pyproject.toml", "README.md", "LICENSE", "explorer")
+PROJECT_FILES = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "explorer")
 START_TIMEOUT_S = 120
 
 
@@ -78,7 +79,14 @@ def test_the_installed_command_serves_the_app_and_runs_a_prefill(tmp_path, embed
     dist_info = f"llm_inference_explorer-{explorer.__version__}.dist-info"
     with zipfile.ZipFile(wheel) as archive:
         assert "Apache License" in archive.read(f"{dist_info}/licenses/LICENSE").decode()
+        metadata = archive.read(f"{dist_info}/METADATA").decode()
         assert {f"explorer/ui/assets/{name}" for name in ASSET_NAMES} <= set(archive.namelist())
+        assert "explorer/py.typed" in archive.namelist()  # type checkers read the package's own hints
+    assert "Classifier: Typing :: Typed" in metadata and "Keywords: llm,inference," in metadata
+    long_description = runpy.run_path(str(ROOT / "setup.py"), run_name="setup")["long_description"]
+    description = metadata.split("\n\n", 1)[1]  # the long description, after the headers
+    assert description.strip() == long_description((ROOT / "README.md").read_text(encoding="utf-8")).strip()
+    assert "](docs/" not in description and "Content-Type: text/markdown" in metadata
     bin_folder = fresh_environment(tmp_path / "venv", wheel)
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()

@@ -114,8 +114,13 @@ def test_bad_input_is_refused_with_a_message(llama):
         run_evict(llama, [5], window=0)
     with pytest.raises(PromptError, match="S = W leaves no recent position"):
         run_evict(llama, [5], window=8, sinks=8)
-    with pytest.raises(PromptError, match="fit in the window W = 64: nothing would be evicted"):
+    with pytest.raises(PromptError, match="leave no prediction past the window W = 64"):
         run_evict(llama, [5], window=64, text_tokens=30)
+    # W = T - 1: the last prediction is at T - 2 < W, so nothing is scored past W (it printed nan)
+    with pytest.raises(PromptError, match="lower W to at most 28 or decode at least 31 text tokens"):
+        run_evict(llama, [5], window=29, text_tokens=30)
+    with pytest.raises(PromptError, match="one rotary position embedding"):
+        run_evict(tiny_model("gpt2"), [5], window=10, text_tokens=30, positions=1)
     shape_only = type(llama)(**{**llama.__dict__, "shape_only": True})
     with pytest.raises(SessionStateError, match="Shape-only mode"):
         run_evict(shape_only, [5])
@@ -130,7 +135,38 @@ def test_the_figure_table_and_lesson_say_what_was_measured(llama):
     strips = [trace for trace in fig.data if trace.mode == "markers"]
     assert [tuple(trace.x) for trace in strips] == [run.kept for run in result.runs[1:]]
     text = "\n".join(result.lines()) + lesson_text(result)
-    assert "positions as in the original text" in text and "first 2 tokens" in text and "H2O" in text
+    assert "positions as cached" in text and "first 2 tokens" in text and "H2O" in text
+    assert "counted from 0" in text and "not StreamingLLM's rule" in text
+
+
+def test_w_equal_t_minus_two_scores_its_one_prediction_past_w(llama):
+    result = run_evict(llama, [5], window=28, sinks=2, text_tokens=30)
+    assert all(math.isfinite(run.perplexity(28)) for run in result.runs)
+
+
+def test_renumbering_moves_no_relative_distance_of_a_contiguous_window(llama):
+    """RoPE scores depend on a query's and a key's distance only: for the window rule (contiguous keys)
+    renumbering inside the cache changes no distance, so its logits equal those kept as cached; the sinks
+    rule's gap between the sinks and the window shrinks, so its logits move. Every renumbered cache's keys
+    sit at 0..n-1: re-rotating them back by their original positions' difference gives the as-cached keys."""
+    text = text_of(llama)
+    cached = evicted_decodes(llama.model, text, ("window", "sinks"), 12, 3)
+    renumbered = evicted_decodes(llama.model, text, ("window", "sinks"), 12, 3, renumber=True)
+    np.testing.assert_allclose(renumbered["window"][0], cached["window"][0], atol=2e-5)
+    assert np.abs(renumbered["sinks"][0] - cached["sinks"][0]).max() > 1e-3
+    assert [list(k) for k in renumbered["sinks"][1]] == [list(k) for k in cached["sinks"][1]]  # same positions kept
+    result = run_evict(llama, [5], window=12, sinks=3, text_tokens=TEXT_TOKENS, positions=1)
+    text = "\n".join(result.lines()) + lesson_text(result)
+    assert result.positions == "renumbered" and "renumbered inside the cache, as StreamingLLM does" in text
+    from explorer.figures.lab.evict import fig_evict
+    assert "positions renumbered inside the cache (StreamingLLM)" in fig_evict(result).layout.title.text
+
+
+def test_the_lesson_escapes_the_first_tokens_text(llama):
+    from dataclasses import replace
+
+    result = replace(run_evict(llama, [5], window=10, sinks=2, text_tokens=30), first_text="<b>**x")
+    assert "\\<b\\>\\*\\*x" in lesson_text(result)
 
 
 def test_a_long_prompt_is_decoded_in_place_of_the_shipped_text(llama):

@@ -56,7 +56,7 @@ def test_the_tiled_row_is_transformers_eager_row(family, kv_head):
 def test_any_block_size_gives_the_eager_row_and_an_earlier_row_sees_only_its_keys(block):
     loaded = tiny_model("llama")
     ids = ids_of(loaded, PROMPT)
-    result = run_tiles(loaded, ids, block=block, layer=2, head=0, position=20)
+    result = run_tiles(loaded, ids, block=block, layer=2, head=0, position=19)
     probs, attention_output = eager_oracle("llama", ids, 2)
     assert result.position == 19 and result.keys == 20 and result.blocks == -(-20 // block)
     np.testing.assert_allclose(result.online_probs, probs[0, 19, :20], atol=1e-6)
@@ -97,7 +97,8 @@ def test_bad_input_is_refused_with_a_message():
     for params, message in (({"block": 0}, "block size B_c must be at least 1 key, not 0"),
                             ({"layer": 3}, "This model has 3 layers \\(0 to 2\\): no layer 3"),
                             ({"head": 6}, "This model has 6 query heads \\(0 to 5\\): no head 6"),
-                            ({"position": 36}, "query row must be 1 to 35")):
+                            ({"position": 35}, "query position must be 0 to 34 \\(counted from 0"),
+                            ({"position": -2}, "-1: the last\\), not -2")):
         with pytest.raises(PromptError, match=message):
             run_tiles(loaded, ids, **params)
     with pytest.raises(PromptError, match="1 to 2048 tokens, not 0"):

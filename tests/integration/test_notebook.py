@@ -1,5 +1,5 @@
 """The notebook front end, `explorer.Explorer`: a thin layer over the session, the views and the saved
-runs, giving the app's figures; the README's example run on the embedded model."""
+runs, giving the app's figures; the documentation's example (docs/notebook.md) run on the embedded model."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import plotly.graph_objects as go
 import pytest
-from readme_code import readme_python
+from docs_code import doc_python
 from tiny_models import tiny_model
 
 from explorer.config import SamplingSettings
@@ -93,13 +93,53 @@ def test_a_config_alone_gives_the_shape_only_views():
 
 
 @pytest.mark.real_model
-def test_the_readme_example_runs_on_the_embedded_model(embedded_model, embedded_cache_dir, tmp_path, monkeypatch):
+def test_the_documented_example_runs_on_the_embedded_model(embedded_model, embedded_cache_dir, tmp_path, monkeypatch):
     shown = []
     monkeypatch.setattr(go.Figure, "show", lambda figure, *args, **kwargs: shown.append(figure.layout.meta))
     monkeypatch.setenv("EXPLORER_CACHE_DIR", str(embedded_cache_dir))  # converted there by `embedded_model`
     monkeypatch.chdir(tmp_path)
     names = {}
-    exec(compile(readme_python("From Python (a notebook)"), "README.md", "exec"), names)  # noqa: S102
+    exec(compile(doc_python("docs/notebook.md"), "docs/notebook.md", "exec"), names)  # noqa: S102
     assert "Paris" in names["ex"].text
     assert [(meta["view"], meta["step"]) for meta in shown] == [("attention", 1), ("kv_cache", 3), ("forward", 0)]
     assert (tmp_path / "attention.html").stat().st_size > 3_000_000 and (tmp_path / "run.json").exists()
+
+
+def test_the_repr_says_the_run_at_a_glance(model, explored, tmp_path):
+    assert repr(Explorer(model)) == "Explorer(model='tiny-llama', no run yet: call prefill(...))"
+    run = explored.run
+    assert repr(explored) == (f"Explorer(model='tiny-llama', prefill + 3 decode steps, {len(run.steps[0].input_ids)} "
+                              f"in the prompt, 4 chosen, context n = {run.steps[-1].context_length}, text={run.text!r})")
+    saved = Explorer.open(explored.save(tmp_path / "run.json"))
+    assert repr(saved).startswith("Explorer(saved run of model='tiny-llama', prefill + 3 decode steps, ")
+
+
+def test_the_notebook_table_has_a_row_per_step_and_escapes_every_text(model, monkeypatch):
+    from explorer import run_summary
+
+    explorer = Explorer(model)
+    explorer.prefill("<b>bold</b> & <script>", use_chat_template=False)
+    explorer.decode(3)
+    page = explorer._repr_html_()
+    assert "<script>" not in page and "<b>bold" not in page and "&lt;script&gt;" in page
+    rows = [row for row in page.split("<tr>") if row.startswith("<td>")]
+    assert [row.split("</td>")[0] for row in rows] == ["<td>prefill", "<td>step 1", "<td>step 2", "<td>step 3"]
+    for row, trace in zip(rows, explorer.run.steps, strict=True):
+        cells = [cell.removeprefix("<td>") for cell in row.split("</td>")[:6]]
+        assert cells[1:3] == [str(len(trace.input_ids)), str(trace.context_length)]
+        assert cells[4] == f"{trace.sampling.token_prob:.3f}" and cells[5] == f"{trace.wall_ms:.1f}"
+    monkeypatch.setattr(run_summary, "MAX_ROWS", 2)
+    assert "… 2 earlier steps" in explorer._repr_html_()
+
+
+def test_a_shape_only_run_shows_no_probability_nor_time():
+    explorer = Explorer.load(config="qwen3-0.6b")
+    explorer.prefill(prompt_tokens=5)
+    page = explorer._repr_html_()
+    assert "5 tokens (shape-only)" in page and "<td>–</td><td>–</td>" in page
+
+
+def test_the_package_names_what_it_exports():
+    import explorer
+
+    assert explorer.__all__ == ["Explorer"] and explorer.Explorer is Explorer

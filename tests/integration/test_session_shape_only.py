@@ -48,3 +48,17 @@ def test_llama_3_8b_decode_step_at_batch_one(qwen3_steps):
     assert step.op("layers.31.attn.scores").output_shapes == [[1, 32, 1, 1001]]
     assert step.op("layers.0.mlp.gate_proj").output_shapes == [[1, 1, 14336]]
     assert step.op("lm_head").output_shapes == [[1, 1, 128256]]
+
+
+def test_gpt2_from_a_config_that_sets_pad_token_id_runs_shape_only(tmp_path):
+    """GPT-2's padding warning looks for `pad_token_id` among the ids, which meta ids cannot give; the
+    shapes are those of the config without it."""
+    import json
+
+    from explorer.config import load_hf_config
+
+    config = load_hf_config("gpt2")
+    (tmp_path / "config.json").write_text(json.dumps({**config, "pad_token_id": 0}))
+    session = InferenceSession(load_shape_only(str(tmp_path / "config.json")), SamplingSettings(max_new_tokens=4))
+    steps = [session.prefill(prompt_tokens=5), session.decode_step()]
+    assert [step.kv[0].key_shape for step in steps] == [[1, 12, 5, 64], [1, 12, 6, 64]]

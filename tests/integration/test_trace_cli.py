@@ -97,13 +97,9 @@ def test_a_batch_of_real_prompts_prints_every_sequence(capsys, monkeypatch):
     assert len(texts) == 3 and all(text.startswith("'") for text in texts)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--batch", "0", "--config", "qwen3-0.6b", "--prompt-tokens", "3"], "--batch must be 1 or more"),
-    (["hello", "--batch", "2"], "--batch 2 with real weights takes 2 prompts, one per line"),
-])
-def test_a_bad_batch_is_refused_with_a_message(args, message, capsys):
-    assert main(["trace", *args]) != 0
-    assert message in capsys.readouterr().err
+def test_a_batch_without_as_many_prompt_lines_is_a_usage_error(capsys):
+    assert main(["trace", "hello", "--batch", "2"]) == 2
+    assert "--batch 2 with real weights takes 2 prompts, one per line" in capsys.readouterr().err
 
 
 def ms(value: float) -> str:
@@ -156,20 +152,37 @@ def test_embedded_trace_writes_every_step_as_json(embedded_model, capsys, tmp_pa
     assert f"generated text: {text!r} [ended: max new tokens]" in out
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["trace", "hi", "--config", "no-such-model"], "neither a preset nor a config.json"),
-    (["trace", "--config", "qwen3-0.6b", "--prompt-tokens", "0"], "at least one token"),
-    (["trace", "hi", "--config", "qwen3-0.6b", "--top-p", "0"], "top-p must be in (0, 1]"),
-    (["trace", "hi", "--sample", "--seed", "99999999999999999999"], "seed must be"),
-    (["trace", "  "], "prompt is empty"),
-    (["trace", "--config", "qwen3-0.6b", "--prompt-tokens", "3", "--layer", "28"], "--layer must be in 0..27"),
-    (["trace", "hi", "--json", "/no/such/folder/trace.json"], "Cannot write the trace"),
+@pytest.mark.parametrize("argv, message, code", [
+    (["trace", "hi", "--config", "no-such-model"], "neither a preset nor a config.json", 1),
+    (["trace", "  "], "prompt is empty", 2),
+    (["trace", "--config", "qwen3-0.6b", "--prompt-tokens", "3", "--layer", "28"], "--layer must be in 0..27", 2),
+    (["trace", "hi", "--json", "/no/such/folder/trace.json"], "Cannot write the trace", 2),
 ])
-def test_bad_input_is_one_line_and_exit_code_2(argv, message, capsys):
-    assert main(argv) == 2
+def test_bad_input_is_one_line_exit_code_1_at_run_time_and_2_for_options(argv, message, code, capsys):
+    assert main(argv) == code
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "-1"], "argument --steps: must be >= 1, not -1"),
+    (["--steps", "0"], "argument --steps: must be >= 1, not 0"),
+    (["--steps", "two"], "argument --steps: must be a whole number >= 1, not 'two'"),
+    (["--layer", "-1"], "argument --layer: must be >= 0, not -1"),
+    (["--prompt-tokens", "0"], "argument --prompt-tokens: must be >= 1, not 0"),
+    (["--batch", "0"], "argument --batch: must be 1 to 256, not 0"),
+    (["--temperature", "0"], "argument --temperature: must be in [0.01, 100], not 0"),
+    (["--top-k", "-2"], "argument --top-k: must be >= 0, not -2"),
+    (["--top-p", "0"], "argument --top-p: must be in (0, 1], not 0"),
+    (["--min-p", "nan"], "argument --min-p: must be in [0, 1], not nan"),
+    (["--seed", "99999999999999999999"], "argument --seed: must be 0 to 9223372036854775807, not 99999999999999999999"),
+])
+def test_each_option_is_checked_by_the_parser_under_its_own_name(argv, message, capsys):
+    with pytest.raises(SystemExit) as usage_error:
+        main(["trace", "hi", "--config", "qwen3-0.6b", *argv])
+    assert usage_error.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"llm-explorer trace: error: {message}"
 
 
 @pytest.mark.parametrize("argv, layers", [(["hi"], 30), (["--config", "qwen3-0.6b", "--prompt-tokens", "3"], 28)])

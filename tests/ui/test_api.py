@@ -1,5 +1,6 @@
 """The app's API as a `gradio_client` user sees it: exactly the seven intended endpoints, each parameter
-named, every output labelled, every other event private; and the README's example run against it."""
+named, described and typed as what it is, every output labelled and a plain value, every other event
+private; and the documentation's example (docs/api.md) run against it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import plotly.io as pio
 import pytest
-from readme_code import readme_python
+from docs_code import doc_python
 from served_app import build_app, serving
 from tiny_models import tiny_model
 
@@ -24,7 +25,7 @@ ENDPOINTS = {
     "/reset": [],
     "/figure": ["view", "step", "layer", "average_heads", "hardware", "zoom", "presenter"],
     "/export": [],
-    "/lab": ["name", "first", "second", "third", "fourth", "presenter"],
+    "/lab": ["name", "first", "second", "third", "fourth", "choice", "presenter"],
 }
 
 
@@ -51,19 +52,58 @@ def test_the_api_lists_exactly_the_intended_endpoints_with_named_parameters(mode
         assert not [r["label"] for r in endpoint["returns"] if r["label"].startswith("value_")], name
 
 
+# What each parameter is: a whole number where the app takes one, whatever control the page shows it in.
+WHOLE = {"top_k", "seed", "max_new_tokens", "layer", "zoom", "count", "prompt_tokens", "first", "second", "third",
+         "fourth", "step"}
+STEP_RETURNS = ["str", "str", "str", "int", "int", *["dict(type: Literal['altair', 'bokeh', 'plotly', 'matplotlib'], "
+                                                       "plot: str)"] * 7]
+
+
+def test_every_parameter_is_described_and_typed_and_every_step_returns_plain_values(model):
+    from gradio_client import Client
+
+    with serving(model, LOCAL) as (url, _):
+        client = Client(url, verbose=False)
+        try:
+            api = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+            prefill = client.predict(prompt="Hello", use_chat_template=False, api_name="/prefill")
+            decode = client.predict(zoom=2, layer=1, top_k=5, api_name="/decode")
+            run = client.predict(count=2, api_name="/run")
+            figure = client.predict(view="kv_cache", zoom=None, api_name="/figure")
+            reset = client.predict(api_name="/reset")
+        finally:
+            client.close()
+    for name, endpoint in api.items():
+        for parameter in endpoint["parameters"]:
+            assert f"`{parameter['parameter_name']}`: " in endpoint["description"], (name, parameter)
+            if parameter["parameter_name"] in WHOLE:
+                assert parameter["python_type"]["type"] in ("int", "None | int"), (name, parameter)
+        assert "Any" not in [r["python_type"]["type"] for r in endpoint["returns"]], name
+    for name in ("/prefill", "/decode", "/run", "/reset"):
+        assert [r["python_type"]["type"] for r in api[name]["returns"]] == STEP_RETURNS, name
+    assert [r["python_type"]["type"] for r in api["/figure"]["returns"]] == ["str"]
+    assert {p["python_type"]["type"] for e in api.values() for p in e["parameters"] if p["parameter_name"] == "zoom"} \
+        == {"int", "None | int"}
+    for outputs, step, layer in ((prefill, 0, 0), (decode, 1, 1), (run, 3, 0), (reset, None, None)):
+        assert not [o for o in outputs if isinstance(o, dict) and "__type__" in o]  # no update of a page's control
+        assert outputs[3:5] == (step, layer)
+    assert pio.from_json(figure).layout.meta == {"view": "kv_cache", "step": 3}
+    assert isinstance(decode[5], dict) and decode[6:] == (None,) * 6  # the forward pass drawn; no other view
+
+
 def test_every_other_event_is_private(model):
     demo, _ = build_app(model, LOCAL)
     visible = {fn.api_name for fn in demo.fns.values() if fn.fn is not None and fn.api_visibility != "private"}
     assert {f"/{name}" for name in visible} == set(ENDPOINTS)  # none merely "undocumented" (still callable)
 
 
-def test_the_readme_example_runs_against_the_app(model, tmp_path, monkeypatch):
-    code = readme_python("The app's API (`gradio_client`)")
+def test_the_documented_example_runs_against_the_app(model, tmp_path, monkeypatch):
+    code = doc_python("docs/api.md")
     assert 'Client("http://127.0.0.1:7860/")' in code
     monkeypatch.chdir(tmp_path)
     with serving(model, LOCAL) as (url, served):
         names = {}
-        exec(compile(code.replace("http://127.0.0.1:7860/", url), "README.md", "exec"), names)  # noqa: S102
+        exec(compile(code.replace("http://127.0.0.1:7860/", url), "docs/api.md", "exec"), names)  # noqa: S102
         names["client"].close()
         assert len(served.live) == 0  # /reset freed the session
     figure = names["figure"]

@@ -204,6 +204,14 @@ def test_an_unknown_model_is_an_error_message(served):
         prefill(served, custom="no-such-org/no-such-model")
 
 
+@pytest.mark.parametrize("box, start", [(10, 10), (10.0, 10), (-3, 0), (None, None), (float("nan"), None),
+                                        (float("inf"), None), (" 7 ", 7), ("", None)])
+def test_the_zoom_box_is_a_number_and_an_older_link_s_text_still_reads(box, start):
+    from explorer.ui.handlers.controls import zoom_start
+
+    assert zoom_start(box) == start
+
+
 def test_reset_forgets_the_session(served):
     visit, *_ = prefill(served)
     state, status, strip, text, steps, layer, offer, confirm, *figures = handlers.ServedHandlers(served).on_reset_click()
@@ -336,17 +344,28 @@ def test_a_what_if_redraws_the_roofline_without_running_the_model(served):
     visit, *_ = prefill(served)
     handlers.on_decode_click(visit, *GREEDY, *VIEW)
     steps = visit.run.steps
-    scenario, figure = handlers.on_what_if_change(visit, 1, "h100-sxm", False, 64, 4096, None, "as run", "as run",
+    scenario, figure = handlers.on_what_if_change(visit, 1, "h100-sxm", False, 64, 128, None, "as run", "as run",
                                                   "fp8", True, True, False)
     assert visit.run.steps == steps  # no step was run
-    assert scenario == Scenario(batch=64, context=4096, kv="fp8", merged=True, fused=True)
-    assert figure.layout.title.text.startswith("What-if B = 64, n = 4,096, KV fp8, merged projections, fused attention, against")
+    assert scenario == Scenario(batch=64, context=128, kv="fp8", merged=True, fused=True)
+    assert figure.layout.title.text.startswith("What-if B = 64, n = 128, KV fp8, merged projections, fused attention, against")
     # a later redraw of the roofline (its tab, another step) keeps the what-if
     _, again = handlers.on_tab_select("roofline")(visit, 1, 1, False, "h100-sxm", False, "", scenario)
     assert again.layout.title.text == figure.layout.title.text
     cleared, plain = handlers.on_what_if_change(visit, 1, "h100-sxm", False, None, float("nan"), 0, "as run",
                                                 "bogus", "as run", False, False, False)
     assert not cleared.active and plain.layout.title.text.startswith("Time lower bound: decode ≥ ")
+
+
+@pytest.mark.parametrize("context, tokens", [(4096, None), (None, 161)])
+def test_a_what_if_past_the_context_window_is_a_toast(served, context, tokens):
+    """The tiny model's window is 160 positions: the CLI's refusal, as a toast; nothing is drawn."""
+    visit, *_ = prefill(served)
+    handlers.on_decode_click(visit, *GREEDY, *VIEW)
+    step = 1 if context else 0
+    with pytest.raises(gr.Error, match="positions exceed this model's context window of 160 tokens"):
+        handlers.on_what_if_change(visit, step, "h100-sxm", False, None, context, tokens, "as run", "as run",
+                                   "as run", False, False, False)
 
 
 def test_the_legend_gives_each_symbol_this_models_value_at_the_step_shown(served):

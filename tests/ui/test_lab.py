@@ -33,13 +33,27 @@ def test_the_prefix_experiment_runs_on_the_pages_prompt(served):
     assert len(visit.run.steps) == 1  # the run itself is left as it was
 
 
-def test_picking_an_experiment_shows_its_parameter_boxes():
+def test_picking_an_experiment_shows_its_parameter_boxes_and_its_menu():
     for name, experiment in LAB.items():
-        *boxes, what = handlers.on_lab_select(name)
+        *boxes, menu, what = handlers.on_lab_select(name)
         shown = [box for box in boxes if box["visible"]]
-        assert [box["label"] for box in shown] == [param.label for param in experiment.params]
-        assert [box["value"] for box in shown] == [param.default for param in experiment.params]
+        numbers = [param for param in experiment.params if not param.choices]
+        assert [box["label"] for box in shown] == [param.label for param in numbers]
+        assert [box["value"] for box in shown] == [param.default for param in numbers]
         assert what == experiment.what and len(boxes) == handlers.LAB_PARAM_SLOTS
+        choice = next((param for param in experiment.params if param.choices), None)
+        assert menu["visible"] == (choice is not None)
+        if choice is not None:  # a menu of names, its default picked
+            assert menu["choices"] == list(choice.names) and menu["value"] == choice.name_of(choice.default)
+
+
+def test_a_menu_choice_reaches_the_experiment_by_its_name(served):
+    visit = prefilled(served)
+    _, text = handlers.on_lab_click(visit, "kvquant", 2, 12, choice="int8")
+    assert "**int8**" in text and "fp8 e4m3" not in text
+    assert [variant.name for variant in visit.lab[1].variants][1:] == ["int8"]
+    with pytest.raises(gr.Error, match="KV-cache format must be one of both, int8, fp8-e4m3"):
+        handlers.on_lab_click(visit, "kvquant", 2, 12, choice="int4")
 
 
 @pytest.mark.parametrize("value,message", [(-1, "must be 0 to 2048, not -1"), (2.5, "must be a whole number"),
@@ -63,7 +77,7 @@ def test_hosted_mode_caps_each_parameter_at_its_hosted_maximum(model):
     visit = prefilled(served)
     capped = 0
     for name, experiment in LAB.items():
-        for slot, param in enumerate(experiment.params):
+        for slot, param in enumerate(handlers.number_params(experiment)):
             if param.hosted_maximum is not None and param.hosted_maximum < param.maximum:
                 values = [None] * handlers.LAB_PARAM_SLOTS
                 values[slot] = param.hosted_maximum + 1

@@ -32,7 +32,7 @@ def test_the_shipped_assets_are_read_from_the_package():
 
 
 @pytest.mark.parametrize("argv", [["--port", "70000"], ["--port", "0"], ["--dtype", "float8"],
-                                  ["--model", "a", "--config", "b"]])
+                                  ["--model", "a", "--config", "b"], ["--max-prompt-tokens", "0"]])
 def test_a_bad_argument_is_refused_by_the_parser_before_any_model_work(argv, monkeypatch, capsys):
     monkeypatch.setattr(loading, "load", no_load)
     with pytest.raises(SystemExit) as exited:
@@ -82,11 +82,39 @@ def _built():
     raise Built
 
 
-@pytest.mark.parametrize("argv, message", [(["--max-sessions", "0"], "error: --max-sessions must be at least 1, not 0."),
+@pytest.mark.parametrize("argv, message", [(["--max-sessions", "0"], "argument --max-sessions: must be >= 1, not 0"),
                                            (["--max-sessions-per-address", "-3"],
-                                            "error: --max-sessions-per-address must be at least 1, not -3.")])
-def test_a_slot_count_below_one_is_one_line(argv, message, monkeypatch):
+                                            "argument --max-sessions-per-address: must be >= 1, not -3")])
+def test_a_slot_count_below_one_is_a_usage_error_naming_its_option(argv, message, monkeypatch, capsys):
     monkeypatch.setattr(loading, "load", no_load)
     with pytest.raises(SystemExit) as exited:
         launch.main(argv)
-    assert str(exited.value.code) == message
+    assert exited.value.code == 2 and capsys.readouterr().err.splitlines()[-1].endswith(f"error: {message}")
+
+
+def test_a_bad_slot_count_in_the_environment_is_refused_under_its_option(monkeypatch, capsys):
+    monkeypatch.setattr(loading, "load", no_load)
+    monkeypatch.setenv("EXPLORER_MAX_SESSIONS", "lots")
+    with pytest.raises(SystemExit) as exited:
+        launch.main([])
+    assert exited.value.code == 2 and "argument --max-sessions: must be a whole number >= 1, not 'lots'" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, share, said", [
+    (["--share"], True, "* No public link: Gradio could not reach its share servers (see above); the local URL works."),
+    ([], False, "* --share also serves a temporary public link."),
+])
+def test_share_reaches_gradio_and_the_hint_names_the_command_s_own_option(argv, share, said, monkeypatch, capsys):
+    import gradio as gr
+
+    from explorer.ui.startup import PendingModel
+
+    launched = []
+    monkeypatch.setattr(gr.Blocks, "launch", lambda demo, **kwargs: launched.append(kwargs))  # no server, no link
+    monkeypatch.setattr(gr.Blocks, "block_thread", lambda demo: None)
+    monkeypatch.setattr(PendingModel, "start", lambda pending: None)  # no model load
+    launch.main([*argv, "--port", "7999"])
+    assert launched[0]["share"] is share and launched[0]["quiet"] is True  # quiet: no hint naming launch()
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["* Running on local URL:  None", said] and "share=True" not in out

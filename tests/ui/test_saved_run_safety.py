@@ -377,11 +377,31 @@ def test_the_status_line_shows_imported_text_as_plain_text(run, tmp_path):
     assert "next token '<img src=x onerror=alert(1)> *x*' (p = " in text
 
 
-def test_the_model_menus_line_shows_the_description_as_plain_text(run, tmp_path):
-    run["description"] = HTML_TEXT
+def gradio_info_html(text: str) -> str:
+    """`text` as Gradio 6 renders a component's `info` line (its front end's own rules, copied: HTML
+    escaped, then `code`, [text](address) links, **bold**, __bold__, *em*, _em_; no backslash escapes)."""
+    html = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    html = re.sub(r"`([^`]+)`", r"<code>\1</code>", html)
+    html = re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r'<a href="\2">\1</a>', html)
+    html = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", html)
+    html = re.sub(r"__(.+?)__", r"<strong>\1</strong>", html)
+    html = re.sub(r"\*(.+?)\*", r"<em>\1</em>", html)
+    return re.sub(r"(?<!\w)_(.+?)_(?!\w)", r"<em>\1</em>", html)
+
+
+@pytest.mark.parametrize("description", [HTML_TEXT, "a `b` _c_ x__y__z *d* [e](f)"])
+def test_the_model_menus_line_shows_the_description_as_plain_text(run, tmp_path, description):
+    """No mark of the `info` Markdown forms a tag (link, bold, code, emphasis); HTML stays text."""
+    run["description"] = description
     visit = Visit.replay(*load_run(write(tmp_path, run)), LOCAL)
-    tags, text = rendered_markdown(handlers.model_info(visit)["info"])
-    assert tags == ["p"] and text == f"In use: {HTML_TEXT}\n"
+    assert "<" not in gradio_info_html(handlers.model_info(visit)["info"])
+
+
+def test_the_model_menus_line_shows_a_hub_id_without_backslashes(run, tmp_path):
+    """Markdown's backslash escapes showed as written: "Qwen\\/Qwen3\\-0\\.6B"."""
+    run["description"] = "Qwen/Qwen3-0.6B: qwen3, 28 layers"
+    visit = Visit.replay(*load_run(write(tmp_path, run)), LOCAL)
+    assert gradio_info_html(handlers.model_info(visit)["info"]) == "In use: Qwen/Qwen3-0.6B: qwen3, 28 layers"
 
 
 def hostile_labels(run: dict) -> dict:

@@ -1,6 +1,7 @@
-"""Fair sharing of the model through the handlers (tiny Llama, no server): while one page runs 64
+"""Fair sharing of the model through the handlers (tiny Llama, no server): while one page runs 16
 tokens, another page's single Next token waits for at most the step in flight and those already in
-line, counted in steps, and its status line says how many steps are ahead of it."""
+line, counted in steps (a wait for the whole run would count about 13), and its status line says how
+many steps are ahead of it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from explorer.ui.handlers.turns import waiting_text
 from explorer.ui.hosting import HOSTED, Served
 from explorer.ui.models import ModelRegistry
 
-RUN_TOKENS = 64
+RUN_TOKENS = 16  # long enough that a wait for the whole run (its rest: about 13 steps) fails the test
 SAMPLED = (True, 1.0, 0, 1.0, 0.0, 7, 128)  # do_sample, temperature, top-k, top-p, min-p, seed, max new tokens
 LIMITS = dataclasses.replace(HOSTED, allowed_models=None, max_run_tokens=RUN_TOKENS)
 TIMEOUT_S = 60
@@ -60,7 +61,7 @@ def wait_for(condition) -> None:
 
 
 def test_a_next_token_waits_for_the_steps_ahead_of_it_not_for_a_whole_run(model):
-    endless = dataclasses.replace(model, eos_token_ids=[])  # no token ends the run before its 64 steps
+    endless = dataclasses.replace(model, eos_token_ids=[])  # no token ends the run before its 16 steps
     served = Served.create(ModelRegistry(endless), LIMITS)
     runner, other = start(served, "runner"), start(served, "other")
     thread, done = running(runner, RUN_TOKENS)

@@ -52,14 +52,14 @@ def test_info_prints_dimensions_counts_and_kv_bytes(capsys):
     assert "114,688 B" in text
 
 
-def test_unknown_config_is_a_one_line_error(capsys):
-    assert main(["info", "--config", "no-such-model"]) == 2
+def test_unknown_config_is_a_one_line_error_at_run_time(capsys):
+    assert main(["info", "--config", "no-such-model"]) == 1
     assert "neither a preset" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value, message", [
-    ("abc", "must be a whole number >= 1, not 'abc'"),
-    ("0", "must be >= 1, not 0"),
+    ("abc", "argument --prompt-tokens: must be a whole number >= 1, not 'abc'"),
+    ("0", "argument --prompt-tokens: must be >= 1, not 0"),
     ("8193", "8,193 positions exceed this model's context window of 8,192 tokens"),
 ])
 def test_info_refuses_a_prompt_length_it_cannot_estimate(capsys, value, message):

@@ -12,7 +12,7 @@ from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.roofline import standard_what_ifs, step_roofline, what_if
 from explorer.analysis.spec import ModelSpec
 from explorer.config import load_hf_config
-from explorer.errors import ConfigError
+from explorer.errors import ConfigError, UsageError
 
 LLAMA = ModelSpec.from_hf_config(load_hf_config("llama-3-8b"))
 H100 = get_hardware("h100-sxm")
@@ -86,8 +86,10 @@ def test_what_ifs_at_large_batch_and_long_context():
     assert 1.3 < results["KV cache in fp8"].speedup < 1 / (1 - kv_share / 2) + 0.01
     assert results["weights in int4"].speedup > 1
     assert results["batch 256"].roofline.tokens_per_s > step_roofline(LLAMA, step, H100).tokens_per_s
-    longer = what_if(LLAMA, step, H100, CostOptions(), context=16384)
-    assert longer.step.context == 16384 and results["context 16384"].speedup < 1
+    longer = what_if(LLAMA, step, H100, CostOptions(), context=8192)  # x4 would pass Llama-3-8B's window
+    assert longer.step.context == 8192 and results["context 8192"].speedup < 1
+    with pytest.raises(UsageError, match="16,384 positions exceed this model's context window of 8,192"):
+        what_if(LLAMA, step, H100, CostOptions(), context=16384)
 
 
 def test_hardware_from_a_file(tmp_path):

@@ -149,7 +149,7 @@ def _hex(colour: str) -> str:
 
 def test_the_title_and_the_axes_say_what_the_figure_shows():
     fig = attention_figure(stack_attention(BLOCKS), PIECES, 2, layer=1, step=2, new_rows=1)
-    title = visible_text(fig.layout.title.text)
+    title = visible_text(fig.layout.title.text).replace("\n", " ")  # read across its lines
     assert title.startswith("Attention in layer 1 at decode step 2: each row is a query token, how its weight spreads "
                             "over the key tokens it may see (causal: none to the right)")
     assert "h_q = 4 query heads, h_kv = 2 KV heads (GQA groups of g = 2)" in title
@@ -299,7 +299,7 @@ def test_a_zoom_window_is_drawn_at_full_resolution_with_the_weight_outside_it():
     assert list(fig.layout.xaxis.categoryarray) == ["#0–19 (before the window)", *maps[0].x]
     assert fig.layout.xaxis.ticktext[0] == "outside 0–19" and "before the window" in maps[4].hovertemplate
     share = 1.0 - inside[:, -1]
-    title = visible_text(fig.layout.title.text)
+    title = visible_text(fig.layout.title.text).replace("\n", " ")  # read across its lines
     assert (f"The window holds {1 - share.mean():.1%} of its last row's (#43 ␣w43) weight; "
             f"{share.mean():.1%} lies on keys 0–19 before it (mean of 4 heads; "
             f"per head {share.min():.1%}–{share.max():.1%}).") in title

@@ -51,11 +51,11 @@ def test_decode_column_shows_the_decode_steps_shapes():
     fig = journey_figure(PREFILL, DECODE, 0)
     text = traces_on(fig, "x3")[-1]
     row = dict(zip(text.y, text.text, strict=True))
-    assert row["layers.0.attn.scores"] == "[1, 4, 1, 8] [1, 4, 13, 8] → [1, 4, 1, 13]"
-    assert row["layers.0.attn.kv_cache_write"] == "[1, 2, 1, 8]×2 → [1, 2, 13, 8]×2"
+    assert row["layers.0.attn.scores"] == "[1,4,1,8] [1,4,13,8] → [1,4,1,13]"
+    assert row["layers.0.attn.kv_cache_write"] == "[1,2,1,8]×2 → [1,2,13,8]×2"
     assert row["tokenize"] == "(not in this step)"
     prefill_row = dict(zip(traces_on(fig, "x")[-1].y, traces_on(fig, "x")[-1].text, strict=True))
-    assert prefill_row["layers.0.attn.scores"] == "[1, 4, 11, 8]×2 → [1, 4, 11, 11]"  # Q and expanded K
+    assert prefill_row["layers.0.attn.scores"] == "[1,4,11,8]×2 → [1,4,11,11]"  # Q and expanded K
     assert fig.layout.annotations[2].text == "step 2: in → out (T=1, n=13)"
     assert fig.layout.meta == {"view": "journey", "step": 2}
 

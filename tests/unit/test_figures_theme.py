@@ -98,6 +98,30 @@ def test_presenter_style_wraps_a_long_one_line_title_at_its_spaces_and_grows_the
 
 
 def test_presenter_style_keeps_a_short_title_and_one_its_view_wrapped():
-    for title in ("Roofline", "a view's own<br>" + "long line " * 30):
+    for title in ("Roofline", "a view's own<br>" + "short line " * 5):
         fig = presenter_style(base_layout(go.Figure(), "roofline", 1, title, height=400))
         assert fig.layout.title.text == title and fig.layout.height == 600
+
+
+def test_presenter_style_wraps_each_line_of_a_title_too_long_for_its_text():
+    """The roofline's two lines of ~100 characters ran off the right edge at the presenter's size."""
+    title = "first line<br>" + "long line " * 30
+    fig = presenter_style(base_layout(go.Figure(), "roofline", 1, title, height=400))
+    lines = fig.layout.title.text.split("<br>")
+    assert lines[0] == "first line" and " ".join(lines[1:]).strip() == ("long line " * 30).strip()
+    assert all(len(line) <= TITLE_CHARS / PRESENTER_SCALE for line in lines)
+    assert fig.layout.height == 600 + round(TITLE_LINE_PX * PRESENTER_SCALE * (len(lines) - 2))
+
+
+def test_presenter_style_never_starts_a_line_with_a_unit():
+    title = "KV cache after the prefill: 48 positions × 3 layers × 2 KV heads; 22.5 KiB, 480 B per position"
+    fig = presenter_style(base_layout(go.Figure(), "kv_cache", 0, "a<br>" + title, height=400))
+    lines = fig.layout.title.text.split("<br>")
+    assert len(lines) > 2 and not any(line.split(" ")[0] in ("B", "KiB", "layers") for line in lines)
+
+
+def test_presenter_style_moves_an_annotation_as_far_as_its_text_grows():
+    """The roofline's note sits under the x axis' title by a shift; at 1.5x text it would meet it."""
+    fig = base_layout(go.Figure(), "roofline", 0, "t")
+    fig.add_annotation(text="note", x=0, y=0, xref="paper", yref="paper", yshift=-62, showarrow=False)
+    assert presenter_style(fig).layout.annotations[0].yshift == round(-62 * PRESENTER_SCALE)

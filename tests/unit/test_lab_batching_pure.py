@@ -10,6 +10,7 @@ import pytest
 
 from explorer.errors import PromptError
 from explorer.figures.lab.batching import fig_batching
+from explorer.figures.lab.frame import presenter_frame
 from explorer.lab.batching import (
     BatchingResult,
     kv_bytes_per_position,
@@ -98,3 +99,27 @@ def _result() -> BatchingResult:
         block_size=4, bytes_per_position=480, batched_tokens=tokens, alone_tokens=tokens, max_abs_diff=1e-7,
         max_abs_logit=0.5, batched_ms=500.0, alone_ms=1000.0, repeats=1, texts=("a", "b", "c", "d"), device="cpu",
         dtype="float32")
+
+
+def test_the_legend_gives_each_entry_its_own_colour_and_labels_have_room():
+    """No two legend entries share a colour ("prefill" and "packed" were one blue); the bars' labels sit
+    under the subplot's title (the axis reaches past the tallest bar); the title's clauses keep a
+    separator where they share a line."""
+    fig = fig_batching(_result())
+    colours = {}
+    for trace in fig.data:
+        if trace.showlegend is not False and trace.name:
+            colour = trace.marker.color
+            colours.setdefault(colour if isinstance(colour, str) else tuple(colour), []).append(trace.name)
+    assert all(len(names) == 1 for names in colours.values()), colours
+    rgb = {colour: tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5)) for colour in colours}
+    for first in rgb:  # nor two greys (or blues) a reader cannot tell apart
+        for second in rgb:
+            distance = sum((a - b) ** 2 for a, b in zip(rgb[first], rgb[second], strict=True)) ** 0.5
+            assert first == second or distance > 40, (colours[first], colours[second])
+    bars = [trace for trace in fig.data if trace.type == "bar"]
+    assert all(trace.cliponaxis is False for trace in bars)
+    assert fig.layout.yaxis2.range[1] >= 1.2 * max(max(trace.y) for trace in bars)
+    assert f"{_result().max_abs_diff:.1g}; " in fig.layout.title.text.replace("<br>", " ")
+    presenter = presenter_frame(fig_batching(_result())).layout.title.text.replace("<br>", " ")
+    assert f"{_result().max_abs_diff:.1g}; " in presenter

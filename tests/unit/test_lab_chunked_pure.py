@@ -66,8 +66,18 @@ def test_a_chunk_of_c_tokens_sits_at_intensity_about_c_on_the_weight_gemms():
 def test_the_ridge_point_is_the_gpu_s_own_else_an_h100_s():
     name, point = ridge(None)
     assert "H100 SXM" in name and point == pytest.approx(989.4e12 / 3.35e12)
-    assert "H200" in ridge("NVIDIA H200")[0]
+    assert "H200" in ridge("NVIDIA H200")[0] and "reference" not in ridge("NVIDIA H200")[0]
     assert "H100 SXM" in ridge("NVIDIA L40S")[0]
+    assert "(a reference GPU)" in name and "(a reference GPU)" in ridge("NVIDIA L40S")[0]
+
+
+def test_the_costs_and_the_ridge_are_in_the_runs_dtype():
+    """A float32 run's weight GEMMs read 4 bytes a weight: half bf16's intensity; the H100's float32
+    ridge is its float32 peak over its bandwidth."""
+    spec = ModelSpec.from_hf_config(load_hf_config("smollm2-135m"))
+    bf16, fp32 = chunk_cost(spec, 16, 200, "bf16"), chunk_cost(spec, 16, 200, "float32")
+    assert fp32.gemm_flops == bf16.gemm_flops and fp32.gemm_intensity == pytest.approx(bf16.gemm_intensity / 2)
+    assert ridge(None, "float32")[1] < ridge(None, "bf16")[1] / 10
 
 
 def hand_built(size: int = 4, total: int = 10) -> ChunkedPrefillResult:
@@ -95,9 +105,21 @@ def test_the_lines_and_the_lesson_say_what_was_measured_and_estimated():
     result = hand_built()
     text = "\n".join(result.lines())
     assert "10 tokens in 3 chunks of C = 4" in text and "[1, 2, 10, 10]" in text and "[2, 10]" in text
-    assert "identical: 'XY'" in text and "295 FLOP/byte (bf16, computed)" in text
+    assert "identical: 'XY'" in text and "295 FLOP/byte (float32, computed)" in text
+    assert "costs estimated in float32" in text and "(estimated, float32)" in lesson_text(result)
     lesson = lesson_text(result)
     assert "**3 chunks** of up to **4** tokens" in lesson and "**2e-07**" in lesson
     assert LAB["chunked"].lesson is lesson_text and LAB["chunked"].params[0].read(None) == 16
     with pytest.raises(PromptError, match="0 to 512 here"):
         LAB["chunked"].params[0].read(600, hosted=True)
+
+
+def test_the_title_keeps_its_separators_and_the_time_bars_labels_have_room():
+    fig = fig_chunked(hand_built())
+    title = fig.layout.title.text.replace("<br>", " ")
+    assert " FLOP/byte; logits max |Δ|" in title and "FLOP/byte logits" not in title
+    times = next(trace for trace in fig.data if trace.type == "bar")
+    assert fig.layout.yaxis2.range[1] >= 1.2 * max(times.y)
+    # the long legend lies across the figure's foot: one that ran past the right edge squeezed every subplot
+    legend = fig.layout.legend
+    assert legend.x == 0 and legend.xanchor == "left" and legend.yref == "container"

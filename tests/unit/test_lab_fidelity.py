@@ -70,3 +70,16 @@ def test_the_shipped_text_is_the_gettysburg_address():
     text = shipped_text()
     assert text.startswith("Four score and seven years ago") and text.rstrip().endswith("perish from the earth.")
     assert len([word for word in text.split() if word != "--"]) == 271  # the Bliss copy, "battle-field" one word
+
+
+def test_the_lossy_figure_writes_bytes_in_units_not_scientific_notation():
+    from explorer.figures.lab.lossy import fig_variants
+    from explorer.lab.fidelity import Fidelity, Variant
+
+    same = Fidelity((0.0,), 1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 9.0)
+    variants = [Variant("float32", same, (1,), None, 46080.0, 50.0, 2.5e-3),
+                Variant("int8", same, (1,), None, 11760.0, 60.0, 1.2e-3)]
+    fig = fig_variants(variants, "lab-kvquant", ["KV"], "KV bytes / token", "GPU")
+    texts = [text for trace in fig.data for text in trace.text]
+    assert "46.1 kB" in texts and "11.8 kB" in texts and "2,500" in texts
+    assert not any("e+" in text for text in texts)

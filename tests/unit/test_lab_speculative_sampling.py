@@ -59,7 +59,7 @@ def test_lines_and_lesson_say_the_runs_numbers():
     assert "['a'] ['b'] 'c'" in text and "[1, 4, 8]" in text and "83%" in text and "identical" in text
     assert "5.0 ms against 10.0 ms" in text and "2.00x" in text
     lesson = lesson_text(result)
-    assert "first **2** of 6 layers" in lesson and "**83%**" in lesson and "1.50x" in lesson
+    assert "first **2** of 6 layers" in lesson and "acceptance 83% per guess" in lesson and "1.50x" in lesson
 
 
 def test_the_figure_draws_each_guess_by_its_verdict():

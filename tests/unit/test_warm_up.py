@@ -3,9 +3,11 @@ on the loaded model, thrown away, leaving the model as it was; skipped where no 
 
 from __future__ import annotations
 
+import pytest
 import torch
 from tiny_models import tiny_model
 
+from explorer.errors import ModelLoadError
 from explorer.runner import loading
 from explorer.runner.loading import load_model, load_shape_only
 from explorer.runner.session import InferenceSession
@@ -68,11 +70,11 @@ def test_loading_real_weights_warms_the_model_up(tmp_path, monkeypatch):
     assert warmed == [loaded]
 
 
-def test_a_failing_warm_up_is_logged_not_raised(monkeypatch, caplog):
+def test_a_failing_warm_up_stops_the_load_with_the_reason(monkeypatch):
     def broken(self, *args, **kwargs):
-        raise RuntimeError("out of memory")
+        raise AttributeError("'NoneType' object has no attribute 'shape'")
 
     monkeypatch.setattr(InferenceSession, "prefill", broken)
-    with caplog.at_level("WARNING", logger="explorer.runner.warm_up"):
+    with pytest.raises(ModelLoadError, match=r"^tiny-llama loaded, but a first traced step on it failed "
+                                             r"\('NoneType' object has no attribute 'shape'\), so no step could run"):
         warm_up(tiny_model("llama"))
-    assert "warm-up step of tiny-llama failed (out of memory)" in caplog.text

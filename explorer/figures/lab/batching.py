@@ -12,6 +12,9 @@ from explorer.lab.batching import PHASES, BatchingResult
 PHASE_COLOURS = {"waiting": "#E5E5E5", "prefill": PREFILL_COLOUR, "decode": DECODE_COLOUR, "done": "#8C8C8C"}
 PAGE_COLOUR = "#009E73"  # a page a request holds
 FREE_COLOUR = "#F2F2F2"
+PACKED_COLOUR = "#CC79A7"  # the packed layout's bars: a colour no phase of the timeline has
+PADDED_COLOUR = "#F0E442"  # yellow: apart from every phase's colour (grey is "done")
+LABEL_ROOM = 1.25  # an axis's top over its tallest bar: room for the bar's label under the subplot's title
 
 
 def fig_batching(result: BatchingResult) -> go.Figure:
@@ -34,17 +37,19 @@ def fig_batching(result: BatchingResult) -> go.Figure:
     layout["xaxis"].update(title={"text": "engine step"}, dtick=1)
     layout["yaxis"].update(autorange="reversed")
     layout["xaxis2"].update(title={"text": "engine step"}, dtick=1)
-    layout["yaxis2"].update(title={"text": "positions"}, rangemode="tozero")
+    layout["yaxis2"].update(title={"text": "tokens"})
     layout["xaxis3"].update(title={"text": "physical page"}, dtick=1 if r.tables[-1].pages_total <= 24 else None)
     layout["yaxis3"].update(autorange="reversed")
     fig = go.Figure(layout=layout)
     _timeline(fig, r, axes[(1, 1)])
     steps = [layout.step for layout in r.layouts]
     for name, colour, values in (
-            ("packed [num_tokens, d] (measured)", PREFILL_COLOUR, [shape[1] for shape in r.packed_shapes]),
-            ("padded [B, T_max, d] (computed)", "#999999", [layout.padded_tokens for layout in r.layouts])):
+            ("packed [num_tokens, d] (measured)", PACKED_COLOUR, [shape[1] for shape in r.packed_shapes]),
+            ("padded [B, T_max, d] (computed)", PADDED_COLOUR, [layout.padded_tokens for layout in r.layouts])):
         fig.add_trace(go.Bar(x=steps, y=values, name=name, marker_color=colour, text=values, textposition="outside",
-                             **axes[(2, 1)]))
+                             cliponaxis=False, **axes[(2, 1)]))
+    tallest = max(max(layout.padded_tokens for layout in r.layouts), *(shape[1] for shape in r.packed_shapes))
+    fig.layout.yaxis2.range = [0, LABEL_ROOM * tallest]
     _pages(fig, r, axes[(2, 2)])
     title = (f"Continuous batching: {len(r.requests)} requests in {len(r.layouts)} steps; greedy tokens "
              f"{'identical to each run alone' if r.same_tokens else 'DIFFER from alone'}, logits max |Δ| "

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 
 from explorer.figures.lab.frame import lab_frame
 from explorer.figures.theme import PREFILL_COLOUR, set_layout, subplot_grid
-from explorer.lab.chunked import COST_FORMAT, ChunkedPrefillResult, ChunkRecord, chunks_text
+from explorer.lab.chunked import ChunkedPrefillResult, ChunkRecord, chunks_text
 from explorer.lab.prefix import shape_text
 
 # Okabe-Ito colours, cycled over the chunks (neighbours always differ)
@@ -59,16 +59,19 @@ def fig_chunked(result: ChunkedPrefillResult) -> go.Figure:
     """
     r = result
     layout, axes = subplot_grid(
-        [f"Each chunk's [C, n] band of the {r.prompt_tokens} x {r.prompt_tokens} causal triangle",
-         "Time per chunk, ms (measured)", f"Weight GEMMs' FLOP/byte (estimated, {COST_FORMAT})"],
+        [f"Each chunk's [C, n] band<br>of the {r.prompt_tokens} x {r.prompt_tokens} causal triangle",
+         "Time per chunk, ms (measured)", f"Weight GEMMs' FLOP/byte (estimated, {r.dtype})"],
         rows=2, cols=2, specs=[[{"rowspan": 2}, {}], [None, {}]], column_widths=[0.5, 0.5],
         horizontal_spacing=0.1, vertical_spacing=0.2)
     edge = r.prompt_tokens
     layout["xaxis"].update(title={"text": "key position"}, range=[0, edge], constrain="domain")
-    layout["yaxis"].update(title={"text": "query position"}, range=[edge, 0], scaleanchor="x")
+    # both axes give up domain, not range, to keep the cells square: the triangle fills its axes
+    layout["yaxis"].update(title={"text": "query position"}, range=[edge, 0], scaleanchor="x", constrain="domain")
     top = max(r.ridge_flops_per_byte, r.full_cost.gemm_intensity) * 2
     layout["yaxis3"].update(type="log", dtick=1, range=[math.log10(0.5), math.log10(top)])
     layout["xaxis3"].update(title={"text": "chunk"})
+    # room above the tallest time bar for its label, under the subplot's title
+    layout["yaxis2"].update(range=[0, 1.25 * max(chunk.ms for chunk in r.chunks)])
     fig = go.Figure(layout=layout)
     _add_bands(fig, r.chunks, axes[(1, 1)])
     index = list(range(len(r.chunks)))
@@ -82,7 +85,7 @@ def fig_chunked(result: ChunkedPrefillResult) -> go.Figure:
                              textposition="outside", marker_color=PREFILL_COLOUR if row == 1 else
                              [BAND_COLOURS[i % len(BAND_COLOURS)] for i in index], **axes[(row, 2)]))
     for level, label, dash in ((r.ridge_flops_per_byte, f"ridge point of the {r.ridge_hardware}: "
-                                f"{r.ridge_flops_per_byte:.0f} FLOP/byte (computed)", "dash"),
+                                f"{r.ridge_flops_per_byte:.0f} FLOP/byte in {r.dtype} (computed)", "dash"),
                                (r.full_cost.gemm_intensity, f"one prefill of all {r.prompt_tokens} tokens: "
                                 f"{r.full_cost.gemm_intensity:.0f} FLOP/byte (estimated)", "dot")):
         fig.add_trace(go.Scatter(x=[-0.5, len(r.chunks) - 0.5], y=[level] * 2, mode="lines", name=label,
@@ -91,5 +94,8 @@ def fig_chunked(result: ChunkedPrefillResult) -> go.Figure:
              f"{r.chunked_ms:.0f} ms against {r.full_ms:.0f} ms in one prefill; weight GEMMs at "
              f"{r.chunks[0].cost.gemm_intensity:.0f} FLOP/byte<br>logits max |Δ| {r.max_abs_diff:.1g} against one "
              f"prefill, greedy tokens {'identical' if r.same_tokens else 'DIFFER'}")
-    lab_frame(fig, "chunked", title, 540, left=70, bottom=80)
-    return set_layout(fig, legend={"orientation": "h", "y": -0.12, "x": 0.55, "yanchor": "top"})
+    lab_frame(fig, "chunked", title, 560, subplot_title_lines=2, left=70, bottom=110)
+    # at the figure's foot, across its width: a legend that ran past the right edge would push plotly's right
+    # margin out and squeeze every subplot
+    return set_layout(fig, legend={"orientation": "h", "x": 0, "xanchor": "left", "y": 4, "yanchor": "bottom",
+                                   "yref": "container"})

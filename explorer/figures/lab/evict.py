@@ -14,6 +14,10 @@ COLOURS = {FULL: "#000000", "window": "#D55E00", "sinks": "#0072B2", "h2o": "#00
 SLIDER_STOPS = 48  # the passes the slider offers at most, evenly spaced, the last always among them
 SLIDER_PX = 70  # the slider's band under the x axis
 
+# each position rule as the title names it (`explorer.lab.evict.POSITION_TEXT` says it in full)
+POSITION_NAMES = {"as-cached": "positions as cached (the original text's)",
+                  "renumbered": "positions renumbered inside the cache (StreamingLLM)"}
+
 
 def fig_evict(result: EvictResult) -> go.Figure:
     """Top: the running perplexity exp(mean NLL of predictions 1..k) against position k, one line per cache
@@ -59,7 +63,7 @@ def fig_evict(result: EvictResult) -> go.Figure:
     title = (f"KV eviction over {text}, cache of W = {w} of {r.text_tokens} positions ({r.bytes_per_position * w / 1e6:.2f} "
              f"MB, computed): past W, perplexity {window.perplexity(w):.2f} with the recent {w} alone, "
              f"{sinks.perplexity(w):.2f} with the first {r.sinks} kept as sinks, {r.run(FULL).perplexity(w):.2f} "
-             "with the full cache (measured)")
+             f"with the full cache (measured); {POSITION_NAMES[r.positions]}")
     fig.update_layout(sliders=[_pass_slider(r, [i for i, trace in enumerate(fig.data) if trace.mode == "markers"])])
     return lab_frame(fig, "evict", title, 490 + SLIDER_PX, legend=True, left=80, right=20, bottom=50 + SLIDER_PX)
 

@@ -56,8 +56,13 @@ def lab_frame(fig: go.Figure, name: str, title: str, height: int, *, legend: boo
 
 def title_lines(title: str, chars: int) -> list[str]:
     """`title` in lines of at most `chars` characters: broken after its punctuation (";", ",", ":"),
-    between words where a piece is longer than a line, and at its "<br>"s."""
-    segments = [piece for part in title.split("<br>") for piece in re.split(r"(?<=[;,:]) ", part)]
+    between words where a piece is longer than a line, and at its "<br>"s. A "<br>" is a break between
+    clauses: where the wrapping puts both on one line, a ";" stays between them (a part that ends in
+    punctuation keeps its own)."""
+    parts = title.split("<br>")
+    parts = [part if i == len(parts) - 1 or part.rstrip()[-1:] in ";,:." else part.rstrip() + ";"
+             for i, part in enumerate(parts)]
+    segments = [piece for part in parts for piece in re.split(r"(?<=[;,:]) ", part)]
     # a piece longer than a line breaks between its words
     segments = [word for piece in segments for word in ([piece] if len(piece) <= chars else piece.split(" "))]
     return wrapped(segments, chars)

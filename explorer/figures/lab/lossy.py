@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 
 from explorer.figures.lab.frame import lab_frame
-from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, subplot_grid
+from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, si_text, subplot_grid
 from explorer.lab.fidelity import Variant
 
 
@@ -35,7 +35,7 @@ def fig_variants(variants: Sequence[Variant], view: str, title_segments: list[st
         [v.fidelity.text_kl_mean for v in ordered], [100 * v.fidelity.text_top1 for v in ordered],
         [v.fidelity.text_perplexity for v in ordered], [v.bytes_per_element for v in ordered],
         [v.predicted_step_s * 1e6 for v in ordered])
-    formats = ("{:.2g}", "{:.1f}%", "{:.2f}", "{:.3g}", "{:.3g}")
+    formats = ("{:.2g}".format, "{:.1f}%".format, "{:.2f}".format, lambda value: si_text(value, "B"), _microseconds)
     fig = go.Figure(layout=layout)
     colours = [PREFILL_COLOUR if v is variants[0] else DECODE_COLOUR for v in ordered]
     for column, (values, text_format) in enumerate(zip(columns, formats, strict=True), start=1):
@@ -43,7 +43,12 @@ def fig_variants(variants: Sequence[Variant], view: str, title_segments: list[st
         layout_key = "xaxis" if column == 1 else f"xaxis{column}"
         fig.layout[layout_key].update(range=[0, top * 1.6], showticklabels=False)
         fig.add_trace(go.Bar(y=names, x=values, orientation="h", marker_color=colours, showlegend=False,
-                             text=[text_format.format(value) for value in values], textposition="outside",
+                             text=[text_format(value) for value in values], textposition="outside",
                              cliponaxis=False, hoverinfo="y+x", **axes[(1, column)]))
     return lab_frame(fig, view.removeprefix("lab-"), " ".join(title_segments), 380, subplot_title_lines=2, left=130,
                      right=20, bottom=30)
+
+
+def _microseconds(value: float) -> str:
+    """A bound in µs without scientific notation: "12.3", "1,234"."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"

@@ -15,7 +15,7 @@ from explorer.figures.theme import (
     subplot_grid,
     visible_piece,
 )
-from explorer.lab.prefix import PrefixCacheResult, shape_text
+from explorer.lab.prefix import PrefixCacheResult, shape_text, time_change
 
 REUSED_COLOUR = "#009E73"  # the prefix read from request A's cache
 WAYS = ("full prefill", "suffix on A's cache")
@@ -35,13 +35,14 @@ def fig_prefix(result: PrefixCacheResult) -> go.Figure:
                                  "Cost, % of the full prefill"], cols=2, column_widths=[0.72, 0.28],
                                 horizontal_spacing=0.08)
     layout["xaxis"].update(title={"text": "tokens"}, range=[0, r.total_tokens * 1.75])
-    layout["yaxis2"].update(range=[0, 125], ticksuffix="%")
+    # room for a slower cached pass's bar (above 100%) and its label
+    layout["yaxis2"].update(range=[0, max(145, 100 * r.suffix_ms / r.full_ms + 45)], ticksuffix="%")
     fig = go.Figure(layout=layout)
     _token_bars(fig, r, axes[(1, 1)])
     _cost_bars(fig, r, axes[(1, 2)])
     title = (f"Prefix caching: B reuses {r.prefix_tokens} of its {r.total_tokens} tokens: "
              f"{1 - r.suffix_flops / r.full_flops:.0%} fewer FLOPs (estimated), "
-             f"{r.full_ms / max(r.suffix_ms, 1e-9):.1f}x the speed (measured); logits max |Δ| {r.max_abs_diff:.1g} "
+             f"{time_change(r.suffix_ms, r.full_ms)} (measured); logits max |Δ| {r.max_abs_diff:.1g} "
              f"(measured), greedy tokens {'identical' if r.same_tokens else 'DIFFERENT'}")
     lab_frame(fig, "prefix", title, 350, legend=True, left=130, bottom=40)
     return set_layout(fig, barmode="stack")
@@ -69,5 +70,7 @@ def _cost_bars(fig: go.Figure, r: PrefixCacheResult, cell: dict) -> None:
                                    (WAYS[1], REUSED_COLOUR, r.suffix_flops, r.suffix_ms)):
         fig.add_trace(go.Bar(x=["FLOPs<br>(estimated)", "time<br>(measured)"],
                              y=[100 * flops / r.full_flops, 100 * ms / r.full_ms], marker_color=colour,
-                             text=[si_text(flops, "FLOP"), f"{ms:.0f} ms"], textposition="outside", name=way,
+                             text=[si_text(flops, "FLOP").replace(" ", "<br>"), f"{ms:.0f}<br>ms"],
+                             textposition="outside", name=way,
+                             constraintext="none", cliponaxis=False,  # the labels at the text's size, whole
                              showlegend=False, offsetgroup=way, **cell))

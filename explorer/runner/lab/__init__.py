@@ -12,6 +12,7 @@ from explorer.runner.lab.kvquant import run_kvquant
 from explorer.runner.lab.prefix import run_prefix
 from explorer.runner.lab.quant import run_quant
 from explorer.runner.lab.speculative import run_speculative
+from explorer.runner.lab.tensor import run_tensor
 from explorer.runner.lab.tiles import run_tiles
 
 RUNNERS = {
@@ -23,4 +24,5 @@ RUNNERS = {
     "quant": run_quant,
     "kvquant": run_kvquant,
     "evict": run_evict,
+    "tensor": run_tensor,
 }

@@ -59,20 +59,21 @@ def run_chunked(loaded: LoadedModel, prompt_ids: list[int], chunk: int = 16, rep
         with output_shapes(embed) as chunk_shapes:
             logits, kv_shapes, first_ms = _chunked_prefill(model, prompt_ids, plan, cache)
         chunked = torch.cat(logits)  # [T, V]
-        full_tokens = greedy(model, full_cache, full[-1], GREEDY_TOKENS)
-        chunked_tokens = greedy(model, cache, chunked[-1], GREEDY_TOKENS)
+        full_tokens = greedy(model, full_cache, full[-1], GREEDY_TOKENS, loaded.eos_token_ids)
+        chunked_tokens = greedy(model, cache, chunked[-1], GREEDY_TOKENS, loaded.eos_token_ids)
         times = [first_ms] + [_chunked_prefill(model, prompt_ids, plan, new_cache(model))[2]
                               for _ in range(repeats - 1)]
         (full_ms,) = median_ms([lambda: forward(model, prompt_ids, new_cache(model))], repeats)
     spec = ModelSpec.from_hf_config(model.config.to_dict())
     chunk_ms = [statistics.median(runs) for runs in zip(*times, strict=True)]  # each chunk's median
-    chunks = tuple(ChunkRecord(start, shape, kv, ms, chunk_cost(spec, tokens, start + tokens))
+    chunks = tuple(ChunkRecord(start, shape, kv, ms, chunk_cost(spec, tokens, start + tokens, loaded.dtype))
                    for (start, tokens), shape, kv, ms in zip(plan, chunk_shapes, kv_shapes, chunk_ms, strict=True))
     on_gpu = loaded.device.startswith("cuda")
-    ridge_hardware, ridge_flops_per_byte = ridge(torch.cuda.get_device_name(loaded.device) if on_gpu else None)
+    ridge_hardware, ridge_flops_per_byte = ridge(torch.cuda.get_device_name(loaded.device) if on_gpu else None,
+                                                 loaded.dtype)
     return ChunkedPrefillResult(
         requested_chunk=chunk, chunks=chunks, full_input_shape=full_shape[0], full_ms=full_ms,
-        full_cost=chunk_cost(spec, len(prompt_ids), len(prompt_ids)), repeats=repeats,
+        full_cost=chunk_cost(spec, len(prompt_ids), len(prompt_ids), loaded.dtype), repeats=repeats,
         max_abs_diff=float((chunked - full).abs().max()), last_abs_diff=float((chunked[-1] - full[-1]).abs().max()),
         max_abs_logit=float(full.abs().max()), full_tokens=tuple(full_tokens), chunked_tokens=tuple(chunked_tokens),
         pieces=pieces(loaded, prompt_ids + full_tokens + chunked_tokens), ridge_hardware=ridge_hardware,

@@ -66,18 +66,25 @@ def forward(model, ids: list[int], cache: DynamicCache | None, keep: int = 0) ->
                      logits_to_keep=keep).logits[0].float().cpu()
 
 
-def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int,
+def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int, eos_ids=(),
            times_ms: list[float] | None = None) -> list[int]:
-    """`steps` greedy tokens after `logits` ([V], the last position's), decoding on `cache`; each of the
-    `steps - 1` decode steps' wall time appended to `times_ms` where given (measured as `median_ms` does)."""
+    """Up to `steps` greedy tokens after `logits` ([V], the last position's), decoding on `cache`; as
+    `generate` does, the tokens end with the first of `eos_ids` (kept) where one is chosen earlier. Each
+    decode step's wall time is appended to `times_ms` where given (measured as `median_ms` does)."""
     tokens = [int(logits.argmax())]
-    for _ in range(steps - 1):
+    while len(tokens) < steps and tokens[-1] not in eos_ids:
         step = lambda: tokens.append(int(forward(model, [tokens[-1]], cache)[-1].argmax()))  # noqa: E731
         if times_ms is None:
             step()
         else:
             times_ms.extend(median_ms([step], 1))
     return tokens
+
+
+def until_eos(tokens: list[int], eos_ids) -> list[int]:
+    """`tokens` up to and including the first of `eos_ids` (all of them where none is there)."""
+    end = next((i for i, token in enumerate(tokens) if token in eos_ids), len(tokens) - 1)
+    return tokens[:end + 1]
 
 
 def median_ms(runs: list[Callable[[], object]], repeats: int) -> list[float]:
@@ -145,23 +152,28 @@ def context_length(model) -> int:
     return int(getattr(config, "max_position_embeddings", None) or config.n_positions)
 
 
-def greedy_timed(model, cache: DynamicCache, logits: torch.Tensor, steps: int) -> tuple[list[int], float]:
+def greedy_timed(model, cache: DynamicCache, logits: torch.Tensor, steps: int,
+                 eos_ids=()) -> tuple[list[int], float]:
     """`greedy`'s tokens and the median wall time of its decode steps, ms (measured; one more decode
-    step of the last token on `cache` is timed where `steps` is 1, which has none)."""
+    step of the last token on `cache` is timed where there is none: `steps` 1, or an end at once)."""
     times_ms: list[float] = []
-    tokens = greedy(model, cache, logits, steps, times_ms)
+    tokens = greedy(model, cache, logits, steps, eos_ids, times_ms)
     if not times_ms:
         times_ms = median_ms([lambda: forward(model, tokens[-1:], cache)], 1)
     return tokens, statistics.median(times_ms)
 
 
 def predicted_decode_s(model, context: int, batch: int = 1, **formats: str) -> tuple[float, str]:
-    """(the roofline's lower bound on one decode step, s; the GPU's name) for `batch` sequences of
-    `context` positions on `BOUND_HARDWARE`, in the model's dtype with `formats` changed (weights=
-    "int4", kv="fp8", ...: `explorer.analysis.roofline.what_if`; estimated by the cost model)."""
+    """(the roofline's lower bound on one decode step, s; the machine and format it is for, e.g.
+    "NVIDIA H100 SXM5 80GB (a reference GPU; float32 as run)") for `batch` sequences of `context`
+    positions on `BOUND_HARDWARE`, in the model's own dtype with `formats` changed (weights="int4",
+    kv="fp8", ...: `explorer.analysis.roofline.what_if`; estimated by the cost model). A GPU of the
+    catalogue, since the bound is what a kernel for those formats would reach; the run's dtype, since
+    that is what was measured."""
     spec = ModelSpec.from_hf_config(model.config.to_dict())
     dtype = canonical_dtype(str(model.dtype))
     hardware = get_hardware(BOUND_HARDWARE)
     options = CostOptions(Precision(dtype, dtype, dtype))
     roofline = what_if(spec, Step("decode", batch, 1, context), hardware, options, **formats)
-    return roofline.time_lower_bound_s, hardware.name
+    run_dtype = str(model.dtype).removeprefix("torch.")
+    return roofline.time_lower_bound_s, f"{hardware.name} (a reference GPU; {run_dtype} as run)"

@@ -2,13 +2,17 @@
 for its first few tokens, then fed one token at a time (teacher-forced) on a `DynamicCache` cut back to W positions after
 every step by index selection along its position axis.
 
-Positions: each kept key stays rotated by RoPE at the position it was cached with, and each new token
-gets its position in the original text (`position_ids` passed explicitly: StreamingLLM's "positions as
-in the original text" variant, not its re-numbering within the cache). No attention mask is passed: the
-new token sees every kept key.
+Positions, two rules (`explorer.lab.evict.POSITION_RULES`): "as-cached", each kept key stays rotated by
+RoPE at the position it was cached with and each new token gets its position in the original text
+(`position_ids` passed explicitly); "renumbered", as StreamingLLM does (Xiao et al. 2024, section 3.2),
+the kept keys are numbered 0..n-1 inside the cache (each re-rotated by RoPE by the difference, as its
+cache index changes) and each new token takes the next number. No attention mask is passed: the new
+token sees every kept key.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import torch
@@ -21,6 +25,7 @@ from explorer.lab.evict import (
     FULL,
     OWN_PROMPT,
     POLICIES,
+    POSITION_RULES,
     EvictResult,
     PolicyRun,
     SinkMeasures,
@@ -40,7 +45,7 @@ SINK_TOKENS = 256  # the text's first tokens whose full attention is measured fo
 
 
 def run_evict(loaded: LoadedModel, prompt_ids: list[int], window: int = 32, sinks: int = 4,
-              text_tokens: int = 96) -> EvictResult:
+              text_tokens: int = 96, positions: int = 0) -> EvictResult:
     """Decode a text with the full cache (one plain forward) and with each rule of `POLICIES` holding W
     positions, and measure the attention its first tokens draw; the shared model is only read ("h2o" and
     the sinks' measure run eager attention on a view sharing its weights, `attention_view`).
@@ -53,11 +58,13 @@ def run_evict(loaded: LoadedModel, prompt_ids: list[int], window: int = 32, sink
         prompt_ids: the prompt's token ids.
         window: W, the positions the cache keeps.
         sinks: S, the first positions "sinks" keeps, 0 <= S < W.
-        text_tokens: the text's first tokens decoded (at most the model's context); more than W.
+        text_tokens: the text's first tokens decoded (at most the model's context); at least W + 2.
+        positions: the position rule, an index into `POSITION_RULES` (0: as cached, 1: renumbered).
 
     Raises:
         SessionStateError: shape-only mode.
-        PromptError: W < 1, S outside 0..W - 1, or a text no longer than W (nothing would be evicted).
+        PromptError: W < 1, S outside 0..W - 1, a text shorter than W + 2 tokens (no prediction made past
+            W), or renumbering on a model without rotary positions.
     """
     check_runnable(loaded, prompt_ids)
     if window < 1:
@@ -67,21 +74,26 @@ def run_evict(loaded: LoadedModel, prompt_ids: list[int], window: int = 32, sink
                           f"not {sinks}.")
     own = decodes_prompt(len(prompt_ids), window)
     text = prompt_ids[:text_tokens] if own else text_ids(loaded, text_tokens)
-    if len(text) <= window:
-        raise PromptError(f"The text's {len(text)} tokens fit in the window W = {window}: nothing would be evicted. "
-                          f"Lower W below {len(text)} or score more text tokens.")
+    if len(text) < window + 2:  # position t's logits predict token t + 1: the last prediction is at T - 2
+        raise PromptError(f"The text's {len(text)} tokens leave no prediction past the window W = {window} "
+                          f"(the rules differ only there): lower W to at most {max(1, len(text) - 2)} or decode "
+                          f"at least {window + 2} text tokens.")
+    rule = POSITION_RULES[positions]
+    if rule == "renumbered":
+        _rotary(loaded.model)  # refuses a model without rotary positions before it runs
     with passes_on(loaded) as model:
         reference = forward(model, text, None).numpy()
         per_position = kv_bytes_per_position(model)
         runs = [_scored(FULL, reference, reference, text, [], len(text), per_position)]
-        for policy, (logits, kept, lengths) in evicted_decodes(model, text, POLICIES, window, sinks).items():
+        decodes = evicted_decodes(model, text, POLICIES, window, sinks, rule == "renumbered")
+        for policy, (logits, kept, lengths) in decodes.items():
             runs.append(_scored(policy, logits, reference, text, kept, max(lengths), per_position))
         measures = sink_measures(attention_view(model, "eager"), text[:SINK_TOKENS], sinks)
     return EvictResult(
         source=OWN_PROMPT if own else TEXT_SOURCE, text_tokens=len(text), window=window, sinks=sinks,
         heavy=window // 2, prefill_tokens=min(PREFILL_TOKENS, window), bytes_per_position=per_position,
         runs=tuple(runs), first_text="".join(pieces(loaded, text[:sinks])), sink_measures=measures,
-        device=str(loaded.device), dtype=loaded.dtype)
+        device=str(loaded.device), dtype=loaded.dtype, positions=rule)
 
 
 @torch.inference_mode()
@@ -99,14 +111,14 @@ def sink_measures(model, ids: list[int], sinks: int) -> SinkMeasures:
                         first_share=float(np.mean(later)) if later and sinks else 0.0)
 
 
-def evicted_decode(model, ids: list[int], policy: str, window: int,
-                   sinks: int) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
+def evicted_decode(model, ids: list[int], policy: str, window: int, sinks: int,
+                   renumber: bool = False) -> tuple[np.ndarray, list[np.ndarray], list[int]]:
     """One rule's `evicted_decodes`: (logits, kept, lengths)."""
-    return evicted_decodes(model, ids, (policy,), window, sinks)[policy]
+    return evicted_decodes(model, ids, (policy,), window, sinks, renumber)[policy]
 
 
-def evicted_decodes(model, ids: list[int], policies: tuple[str, ...], window: int,
-                    sinks: int) -> dict[str, tuple[np.ndarray, list[np.ndarray], list[int]]]:
+def evicted_decodes(model, ids: list[int], policies: tuple[str, ...], window: int, sinks: int,
+                    renumber: bool = False) -> dict[str, tuple[np.ndarray, list[np.ndarray], list[int]]]:
     """Prefill `ids`' first min(PREFILL_TOKENS, W) tokens, then feed the rest one at a time, cutting the
     cache back to the positions `kept_indices` names after every pass (without autograd; each pass in a
     turn of its own on the model's lock). The rules run side by side, one batch row each, so one
@@ -117,24 +129,27 @@ def evicted_decodes(model, ids: list[int], policies: tuple[str, ...], window: in
         ids: T token ids; position t's logits predict ids[t + 1].
         policies: rules of `POLICIES` (with "h2o" the passes run eager attention, to read its weights, on
             `attention_view(model, "eager")`: the shared model is left as it is).
+        renumber: StreamingLLM's position rule (the kept keys renumbered inside the cache); False: as cached.
 
     Returns:
         By rule: logits, [T, V] float32, one row per position (measured); kept, after each pass, the
         original positions the cache holds, ascending; lengths, after each pass, the cache's length
         (`DynamicCache.get_seq_length`).
     """
-    return _decode(attention_view(model, "eager") if "h2o" in policies else model, ids, policies, window, sinks)
+    return _decode(attention_view(model, "eager") if "h2o" in policies else model, ids, policies, window, sinks,
+                   renumber)
 
 
 @torch.inference_mode()
-def _decode(model, ids: list[int], policies: tuple[str, ...], window: int, sinks: int) -> dict:
+def _decode(model, ids: list[int], policies: tuple[str, ...], window: int, sinks: int, renumber: bool) -> dict:
     cache, rows = new_cache(model), len(policies)
     prefill = min(PREFILL_TOKENS, window, len(ids))
     chunks = [(0, ids[:prefill])] + [(t, [ids[t]]) for t in range(prefill, len(ids))]
     positions, scores = [np.zeros(0, dtype=np.int64)] * rows, [np.zeros(0)] * rows
     logits, kept, lengths = ([[] for _ in policies] for _ in range(3))
     for start, chunk in chunks:
-        where = torch.arange(start, start + len(chunk), device=model.device)[None].expand(rows, -1)
+        first = cache.get_seq_length() if renumber else start  # the chunk's first position
+        where = torch.arange(first, first + len(chunk), device=model.device)[None].expand(rows, -1)
         with model_pass(model):
             out = model(input_ids=torch.tensor([chunk] * rows, device=model.device), position_ids=where,
                         cache=cache, use_cache=True, output_attentions="h2o" in policies)
@@ -150,6 +165,8 @@ def _decode(model, ids: list[int], policies: tuple[str, ...], window: int, sinks
             kept[row].append(positions[row].copy())
         if len(keeps[0]) < cache.get_seq_length():
             select(cache, np.stack(keeps))
+            if renumber:  # a kept key's cache index (its position) went from keeps[row][j] to j
+                rerotate(model, cache, np.arange(len(keeps[0]))[None] - np.stack(keeps))
         for row in range(rows):
             lengths[row].append(cache.get_seq_length())
     return {policy: (np.concatenate(logits[row]), kept[row], lengths[row]) for row, policy in enumerate(policies)}
@@ -175,6 +192,36 @@ def select(cache: DynamicCache, keep: np.ndarray) -> None:
         index = index.expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
         layer.keys = layer.keys.gather(-2, index)
         layer.values = layer.values.gather(-2, index)
+
+
+def rerotate(model, cache: DynamicCache, shift: np.ndarray) -> None:
+    """Move every layer's keys by `shift` positions under RoPE, in place: rotating a key cached at
+    position p by angle (p + s)·θ equals rotating it by p·θ, then by s·θ (the model's own
+    `apply_rotary_pos_emb`, with its `inv_freq`; values carry no position).
+
+    Args:
+        shift: [B, n] int, per batch row and cached key, the positions to add (negative: earlier).
+    """
+    rotary, apply = _rotary(model)
+    delta = torch.as_tensor(shift, device=rotary.inv_freq.device)[..., None].float() * rotary.inv_freq.float()
+    angles = torch.cat((delta, delta), dim=-1)  # [B, n, rotary dims], as the model's rotary embedding lays them out
+    for layer in cache.layers:
+        cos, sin = angles.cos().to(layer.keys), angles.sin().to(layer.keys)
+        layer.keys = apply(layer.keys, layer.keys, cos, sin, unsqueeze_dim=1)[1]
+
+
+def _rotary(model):
+    """(the model's rotary embedding module, its modeling file's `apply_rotary_pos_emb`).
+
+    Raises:
+        PromptError: a model without one rotary embedding (GPT-2's learned positions, per-layer kinds).
+    """
+    rotary = getattr(model.base_model, "rotary_emb", None)
+    apply = getattr(sys.modules[type(model.base_model).__module__], "apply_rotary_pos_emb", None)
+    if rotary is None or apply is None or not hasattr(rotary, "inv_freq"):
+        raise PromptError("Renumbered positions re-rotate the kept keys, which needs one rotary position "
+                          "embedding (RoPE); this model has none, so pick \"as-cached\".")
+    return rotary, apply
 
 
 def kv_bytes_per_position(model) -> int:

@@ -63,13 +63,13 @@ def run_kvquant(loaded: LoadedModel, prompt_ids: list[int], kv_format: int = 0, 
     layers, heads, head_dim = spec.n_layers, spec.n_kv_heads, spec.head_dim
     formats = list(FORMATS.values()) if kv_format == 0 else [FORMATS[kv_format]]
     with passes_on(loaded) as model:
-        reference = _measure(model, prompt_ids, text, continue_tokens, lambda: new_cache(model))
+        reference = _measure(model, prompt_ids, text, continue_tokens, lambda: new_cache(model), loaded.eos_token_ids)
         float_bytes = cache_bytes_per_token(layers, heads, head_dim, model.dtype.itemsize, 0)
         variants = [_variant(loaded.dtype, reference, reference, text, float_bytes, model, None)]
         stored = [reference["stored_bytes"] / reference["stored_tokens"]]
         for name in formats:
             run = _measure(model, prompt_ids, text, continue_tokens,
-                           lambda name=name: QuantizedKVCache(model.config, name))
+                           lambda name=name: QuantizedKVCache(model.config, name), loaded.eos_token_ids)
             bytes_per_token = cache_bytes_per_token(layers, heads, head_dim, CODE_BYTES, SCALE_BYTES)
             variants.append(_variant(FORMAT_NAMES[name], run, reference, text, bytes_per_token, model, name))
             stored.append(run["stored_bytes"] / run["stored_tokens"])
@@ -81,12 +81,13 @@ def run_kvquant(loaded: LoadedModel, prompt_ids: list[int], kv_format: int = 0, 
         hardware=hardware, device=str(loaded.device), dtype=loaded.dtype)
 
 
-def _measure(model, prompt_ids: list[int], text: list[int], steps: int, make_cache) -> dict:
+def _measure(model, prompt_ids: list[int], text: list[int], steps: int, make_cache, eos_ids) -> dict:
     """One cache kind's prompt logits ([T, V]), text logits ([T_text, V], on a cache of its own), greedy
-    continuation, the median ms of its decode steps, and the text cache's stored bytes and tokens."""
+    continuation (ending at end-of-sequence as `generate`'s does), the median ms of its decode steps, and
+    the text cache's stored bytes and tokens."""
     cache = make_cache()
     prompt = forward(model, prompt_ids, cache)
-    tokens, step_ms = greedy_timed(model, cache, prompt[-1], steps)
+    tokens, step_ms = greedy_timed(model, cache, prompt[-1], steps, eos_ids)
     text_cache = make_cache()
     text_logits = forward(model, text, text_cache)
     return {"prompt": prompt.numpy(), "text": text_logits.numpy(), "tokens": tuple(tokens), "step_ms": step_ms,

@@ -58,8 +58,8 @@ def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repe
         with output_shapes(embed) as suffix_shape:
             cached = forward(model, suffix, reused)
         final_kv_shape = tuple(reused.layers[0].keys.shape)
-        full_tokens = greedy(model, full_cache, full[-1], GREEDY_TOKENS)
-        cached_tokens = greedy(model, reused, cached[-1], GREEDY_TOKENS)
+        full_tokens = greedy(model, full_cache, full[-1], GREEDY_TOKENS, loaded.eos_token_ids)
+        cached_tokens = greedy(model, reused, cached[-1], GREEDY_TOKENS, loaded.eos_token_ids)
         copies = [_cropped(first_cache, shared) for _ in range(repeats)]  # made outside the timed calls
         full_ms, suffix_ms = median_ms([lambda: forward(model, second, new_cache(model)),
                                         lambda: forward(model, suffix, copies.pop())], repeats)

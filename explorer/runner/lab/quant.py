@@ -53,7 +53,7 @@ def run_quant(loaded: LoadedModel, prompt_ids: list[int], bits: int = 0, group_s
     text = text_ids(loaded, text_tokens)
     with passes_on(loaded) as model:
         modules = quantizable(model)
-        reference = _measure(model, prompt_ids, text, continue_tokens)
+        reference = _measure(model, prompt_ids, text, continue_tokens, loaded.eos_token_ids)
         variants = [_variant(loaded.dtype, reference, reference, text, float(model.dtype.itemsize), model,
                              len(prompt_ids), None)]
         worst = 0.0
@@ -63,9 +63,10 @@ def run_quant(loaded: LoadedModel, prompt_ids: list[int], bits: int = 0, group_s
             group = group_size if width == 4 else max(m.weight.shape[0 if _transposed(m) else 1] for m in modules)
             error, stored = _load_quantized(modules, copied_modules, width, group)
             worst = max(worst, error)
-            run = _measure(copied, prompt_ids, text, continue_tokens)
+            run = _measure(copied, prompt_ids, text, continue_tokens, loaded.eos_token_ids)
             count = sum(m.weight.numel() for m in modules)
-            variants.append(_variant(variant_name(width, group_size), run, reference, text, stored / count,
+            inputs = tuple(sorted({m.weight.shape[0 if _transposed(m) else 1] for m in modules}))
+            variants.append(_variant(variant_name(width, group_size, inputs), run, reference, text, stored / count,
                                      model, len(prompt_ids), {"weights": f"int{width}"}))
         del copied
     _, hardware = predicted_decode_s(model, len(prompt_ids) + 1)
@@ -103,12 +104,12 @@ def _load_quantized(originals, copies, bits: int, group: int) -> tuple[float, fl
     return worst, stored
 
 
-def _measure(model, prompt_ids: list[int], text: list[int], steps: int) -> dict:
-    """One model's prompt logits ([T, V]), text logits ([T_text, V]), greedy continuation and the median
-    ms of its decode steps."""
+def _measure(model, prompt_ids: list[int], text: list[int], steps: int, eos_ids) -> dict:
+    """One model's prompt logits ([T, V]), text logits ([T_text, V]), greedy continuation (ending at
+    end-of-sequence as `generate`'s does) and the median ms of its decode steps."""
     cache = new_cache(model)
     prompt = forward(model, prompt_ids, cache)
-    tokens, step_ms = greedy_timed(model, cache, prompt[-1], steps)
+    tokens, step_ms = greedy_timed(model, cache, prompt[-1], steps, eos_ids)
     return {"prompt": prompt.numpy(), "text": forward(model, text, None).numpy(), "tokens": tuple(tokens),
             "step_ms": step_ms}
 

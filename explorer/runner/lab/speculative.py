@@ -18,6 +18,7 @@ import torch
 from transformers import DynamicCache
 
 from explorer.analysis.costs import step_costs
+from explorer.analysis.precision import Precision, canonical_dtype
 from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.spec import ModelSpec
 from explorer.errors import PromptError
@@ -32,6 +33,7 @@ from explorer.runner.lab.common import (
     new_cache,
     output_shapes,
     pieces,
+    until_eos,
 )
 from explorer.runner.lens import read_out
 from explorer.runner.loaded import LoadedModel
@@ -75,15 +77,16 @@ def run_speculative(loaded: LoadedModel, prompt_ids: list[int], depth: int = 12,
     with passes_on(loaded) as model:
         cache = new_cache(model)
         last = forward(model, prompt_ids, cache)[-1]
+        eos = loaded.eos_token_ids
         # fresh caches for each timed run, made outside the timed calls; the model is warm (the prefill
         # ran), so the first timed run of each way also gives its tokens
         plain_caches = [copy.deepcopy(cache) for _ in range(repeats)]
         spec_caches = [(copy.deepcopy(cache), _draft_cache(model, cache, depth)) for _ in range(repeats)]
         runs: dict[str, tuple] = {}
         plain_ms, speculative_ms = median_ms(
-            [lambda: runs.setdefault("plain", greedy(model, plain_caches.pop(), last, tokens)),
+            [lambda: runs.setdefault("plain", greedy(model, plain_caches.pop(), last, tokens, eos)),
              lambda: runs.setdefault("speculative", _speculate(model, *spec_caches.pop(), int(last.argmax()), depth,
-                                                               guesses, tokens))], repeats)
+                                                               guesses, tokens, eos))], repeats)
         plain, (spoken, raw) = runs["plain"], runs["speculative"]
     spec = ModelSpec.from_hf_config(model.config.to_dict())
     rounds = tuple(_round(loaded, spec, depth, *entry) for entry in raw)
@@ -95,8 +98,9 @@ def run_speculative(loaded: LoadedModel, prompt_ids: list[int], depth: int = 12,
 
 
 def _speculate(model, cache: DynamicCache, draft: DynamicCache, first: int, depth: int, guesses: int,
-               tokens: int) -> tuple[list[int], list[tuple]]:
-    """Greedy speculative decoding of `tokens` tokens, the first (`first`) chosen by the prefill.
+               tokens: int, eos_ids=()) -> tuple[list[int], list[tuple]]:
+    """Greedy speculative decoding of `tokens` tokens, the first (`first`) chosen by the prefill; like
+    plain greedy decoding, it ends at the first of `eos_ids` (kept).
 
     Before each round the full `cache` holds the prompt and every token but the last; `draft` holds
     a prefix of that. The draft catches up on the tokens it lacks and guesses g = min(`guesses`,
@@ -109,7 +113,7 @@ def _speculate(model, cache: DynamicCache, draft: DynamicCache, first: int, dept
     """
     out, rounds, embed = [first], [], model.get_input_embeddings()
     start = cache.get_seq_length()  # the position of `first`: the prompt's length
-    while len(out) < tokens:
+    while len(out) < tokens and out[-1] not in eos_ids:
         feed, guessed = out[draft.get_seq_length() - start:], []
         for _ in range(min(guesses, tokens - len(out))):
             guessed.append(int(draft_forward(model, feed, draft, depth)[-1].argmax()))
@@ -123,6 +127,7 @@ def _speculate(model, cache: DynamicCache, draft: DynamicCache, first: int, dept
         out += [*guessed[:accepted], own[accepted]]
         crop_cache(cache, cached + 1 + accepted)
         crop_cache(draft, min(draft.get_seq_length(), cached + 1 + accepted))
+        out = until_eos(out, eos_ids)
     return out[:tokens], rounds
 
 
@@ -169,15 +174,18 @@ def _round(loaded: LoadedModel, spec: ModelSpec, depth: int, guessed: tuple[int,
     """One round's record, with the bytes of its passes from the cost model (estimated,
     `explorer.analysis.costs.step_costs`): the verify pass of T = g + 1 rows with the LM head over
     all of them, one plain decode step at the same n, and the g draft passes (the layers below
-    `depth` and the layers-free operators: embedding, final norm, LM head)."""
-    verify = step_costs(spec, Step("prefill", 1, len(guessed) + 1, context), CostOptions(lm_head_all_positions=True))
+    `depth` and the layers-free operators: embedding, final norm, LM head), all in the run's dtype."""
+    dtype = canonical_dtype(loaded.dtype)
+    options = CostOptions(Precision(dtype, dtype, dtype))
+    verify = step_costs(spec, Step("prefill", 1, len(guessed) + 1, context),
+                        CostOptions(options.precision, lm_head_all_positions=True))
     first_guess_context = context - len(guessed)
     draft = sum(cost.bytes for i in range(len(guessed))
-                for cost in step_costs(spec, Step.decode(first_guess_context + i))
+                for cost in step_costs(spec, Step.decode(first_guess_context + i), options)
                 if cost.layer is None or cost.layer < depth)
     return Round(guesses=guessed, accepted=accepted, full_token=full_token,
                  guess_pieces=pieces(loaded, list(guessed)), full_piece=pieces(loaded, [full_token])[0],
                  verify_input_shape=tuple(shape), context=context,
                  verify_bytes=sum(cost.bytes for cost in verify),
-                 decode_bytes=sum(cost.bytes for cost in step_costs(spec, Step.decode(context))),
+                 decode_bytes=sum(cost.bytes for cost in step_costs(spec, Step.decode(context), options)),
                  draft_bytes=draft)

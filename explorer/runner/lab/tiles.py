@@ -16,7 +16,7 @@ from explorer.runner.passes import model_pass
 
 
 def run_tiles(loaded: LoadedModel, prompt_ids: list[int], block: int = 16, layer: int = 0, head: int = 0,
-              position: int = 0) -> TilesResult:
+              position: int = -1) -> TilesResult:
     """Prefill the prompt up to `layer`'s attention, keep that layer's post-RoPE queries and cached keys
     and values, and compute query row `position` of query head `head` both ways.
 
@@ -26,7 +26,7 @@ def run_tiles(loaded: LoadedModel, prompt_ids: list[int], block: int = 16, layer
         block: B_c, keys per block, >= 1 (B_c >= n: one block).
         layer: 0..L-1.
         head: the query head, 0..h_q-1; it reads KV head head // (h_q / h_kv).
-        position: the query row, 1..T (its position + 1); 0: the last, which sees every key.
+        position: the query row's position, counted from 0: 0..T-1; -1: the last, which sees every key.
 
     Raises:
         SessionStateError: shape-only mode.
@@ -38,7 +38,7 @@ def run_tiles(loaded: LoadedModel, prompt_ids: list[int], block: int = 16, layer
     config = model.config.get_text_config()
     layers = config.num_hidden_layers
     _check_params(block, layer, head, position, layers, config.num_attention_heads, len(prompt_ids))
-    row = (position or len(prompt_ids)) - 1
+    row = position if position >= 0 else len(prompt_ids) - 1
     query, keys, values, scale, softcap = _captured(loaded, prompt_ids, layer)
     query_heads, kv_heads = query.shape[0], keys.shape[0]
     kv_head = head // (query_heads // kv_heads)
@@ -67,8 +67,9 @@ def _check_params(block: int, layer: int, head: int, position: int, layers: int,
         raise PromptError(f"This model has {layers} layers (0 to {layers - 1}): no layer {layer}.")
     if not 0 <= head < query_heads:
         raise PromptError(f"This model has {query_heads} query heads (0 to {query_heads - 1}): no head {head}.")
-    if not 0 <= position <= tokens:
-        raise PromptError(f"The query row must be 1 to {tokens} (the prompt's tokens; 0: the last), not {position}.")
+    if not -1 <= position < tokens:
+        raise PromptError(f"The query position must be 0 to {tokens - 1} (counted from 0 over the prompt's {tokens} "
+                          f"tokens; -1: the last), not {position}.")
 
 
 def _captured(loaded: LoadedModel, prompt_ids: list[int], layer: int):

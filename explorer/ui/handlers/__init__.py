@@ -28,7 +28,9 @@ from explorer.ui.handlers.experiments import (
     LAB_EMPTY,
     LAB_PARAM_SLOTS,
     lab_figure,
+    lab_menu,
     lab_param_box,
+    number_params,
     on_equivalence_click,
     on_equivalence_tab,
     on_lab_click,
@@ -67,7 +69,7 @@ from explorer.ui.handlers.steps import on_branch_click, on_decode_click, on_late
 __all__ = [
     "APP_EQUIVALENCE_STEPS", "EMPTY_VIEW", "EQUIVALENCE_EMPTY", "LAB_EMPTY", "LAB_PARAM_SLOTS", "PROMPT_INPUTS", "RESTORED_INPUTS", "SAMPLING_FIELDS",
     "STEP_OUTPUT_NAMES", "STEP_OUTPUTS", "VIEW_INPUTS", "WHAT_IF_FIELDS", "PromptControls", "SamplingControls", "ServedHandlers",
-    "StepOutputs", "ViewControls", "lab_figure", "lab_param_box", "model_info", "no_export", "on_branch_click", "on_decode_click",
+    "StepOutputs", "ViewControls", "lab_figure", "lab_menu", "lab_param_box", "number_params", "model_info", "no_export", "on_branch_click", "on_decode_click",
     "on_equivalence_click", "on_equivalence_tab", "on_lab_click", "on_lab_select", "on_export_click", "on_export_label", "on_hardware_change",
     "on_latest_click", "on_lens_stat_change", "on_run_click", "on_sampling_change", "on_share_click",
     "on_sink_threshold_change", "on_step_change", "on_tab_select", "on_view_change", "on_view_html_click",

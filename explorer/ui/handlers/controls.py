@@ -52,7 +52,7 @@ class SamplingControls:
 
     do_sample: bool = False
     temperature: float = 1.0
-    top_k: float = 0
+    top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
     seed: float = 0
@@ -80,12 +80,12 @@ class ViewControls:
     """How the views are drawn: the shown layer, the heads averaged, the roofline's machine and what-if,
     the view on screen, presenter mode and the attention zoom."""
 
-    layer: float = 0
+    layer: int = 0
     average_heads: bool = False
     hardware: str = ""  # the roofline's machine; empty: the one the run ran on, where it says
     shown: str = "forward"  # the view whose tab is selected: the only one drawn per step
     presenter: bool = False
-    zoom: str | None = None  # attention: the first token of a window; empty: the whole matrix
+    zoom: int | None = None  # attention: the first token of a window; None: the whole matrix
     what_if: Scenario | None = None
 
     def options(self, visit: Visit, step: int | None = None) -> ViewOptions:
@@ -156,8 +156,10 @@ def index(value: float | None, default: int, top: int) -> int:
 
 
 def zoom_start(value: str | float | None) -> int | None:
-    """The attention zoom box as a first token; None (the whole matrix) for an empty box or anything
-    that is not a whole number."""
+    """The attention zoom box (a number; text from an older link or client) as a first token; None (the
+    whole matrix) for an empty box, anything that is not a whole number, NaN or infinity."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return max(0, int(value)) if math.isfinite(value) else None
     try:
         return max(0, int(str(value).strip()))
     except ValueError:

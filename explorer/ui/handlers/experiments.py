@@ -26,8 +26,8 @@ from explorer.ui.views import Visit
 
 EQUIVALENCE_EMPTY = "Prefill a prompt, then press \"Run the experiment\": the same logits computed equivalent ways."
 APP_EQUIVALENCE_STEPS = 8  # few steps in the app (the CLI takes 32): each is five passes on the shared model
-LAB_EMPTY = "Prefill a prompt, pick an experiment and press \"Run it on this prompt\": an engine's trick, run for real."
-LAB_PARAM_SLOTS = 4  # the lab's parameter boxes: an experiment shows as many as it has parameters
+LAB_EMPTY = "Prefill a prompt, pick an experiment and press \"Run the experiment\": an engine's trick, run for real."
+LAB_PARAM_SLOTS = 4  # the lab's number boxes: an experiment shows as many as it has number parameters
 
 
 def on_equivalence_tab(visit: Visit | None):
@@ -55,31 +55,54 @@ def on_equivalence_click(visit: Visit | None, steps: float | None, progress: gr.
     return equivalence_figure(run.equivalence, run.piece)
 
 
+def number_params(experiment: Experiment) -> list:
+    """The experiment's number parameters, in the boxes' order."""
+    return [param for param in experiment.params if not param.choices]
+
+
+def menu_param(experiment: Experiment):
+    """The experiment's menu parameter, or None."""
+    return next((param for param in experiment.params if param.choices), None)
+
+
 def lab_param_box(experiment: Experiment, slot: int) -> dict:
-    """The properties of parameter box `slot` for `experiment`: its parameter's label, default and
-    range, or hidden where the experiment has fewer parameters."""
-    if slot >= len(experiment.params):
+    """The properties of number box `slot` for `experiment`: its parameter's label, default and
+    range, or hidden where the experiment has fewer number parameters."""
+    numbers = number_params(experiment)
+    if slot >= len(numbers):
         return {"visible": False, "value": None, "label": "unused"}
-    param = experiment.params[slot]
+    param = numbers[slot]
     return {"visible": True, "value": param.default, "label": param.label, "minimum": param.minimum,
             "maximum": param.maximum}
 
 
+def lab_menu(experiment: Experiment) -> dict:
+    """The properties of the lab's menu for `experiment`: its menu parameter's names, label and
+    default, or hidden where it has none."""
+    param = menu_param(experiment)
+    if param is None:
+        return {"visible": False, "choices": [], "value": None, "label": "unused"}
+    return {"visible": True, "choices": list(param.names), "value": param.name_of(param.default),
+            "label": param.label, "info": param.help}
+
+
 def on_lab_select(name: str) -> tuple:
-    """Another experiment picked: its parameter boxes, and what it runs (until it has run)."""
+    """Another experiment picked: its number boxes, its menu, and what it runs (until it has run)."""
     experiment = LAB[name]
-    return (*(gr.update(**lab_param_box(experiment, slot)) for slot in range(LAB_PARAM_SLOTS)), experiment.what)
+    return (*(gr.update(**lab_param_box(experiment, slot)) for slot in range(LAB_PARAM_SLOTS)),
+            gr.update(**lab_menu(experiment)), experiment.what)
 
 
 @shows_errors
 def on_lab_click(visit: Visit | None, name: str, first: float | None = None, second: float | None = None,
-                 third: float | None = None, fourth: float | None = None, presenter: bool = False,
-                 progress: gr.Progress | None = gr.Progress()):
-    """Run experiment `name` on the prefill's prompt with its parameters (`first` to `fourth`, in its
-    row's order; None: the default), each pass in its turn on the model (the turns ahead shown on
-    `progress` while one waits); an experiment over the shipped text answers at once with the result
-    kept for the same model and parameters (`explorer.runner.lab.cache`). Returns its figure and its
-    lesson text (with when a kept result was computed).
+                 third: float | None = None, fourth: float | None = None, choice: str | None = None,
+                 presenter: bool = False, progress: gr.Progress | None = gr.Progress()):
+    """Run experiment `name` on the prefill's prompt with its number parameters (`first` to `fourth`, in
+    its row's order; None: the default) and its menu's `choice` (a name of its menu parameter; None: the
+    default), each pass in its turn on the model (the turns ahead shown on `progress` while one waits);
+    an experiment over the shipped text answers at once with the result kept for the same model and
+    parameters (`explorer.runner.lab.cache`). Returns its figure and its lesson text (with when a kept
+    result was computed).
 
     Raises:
         ExplorerError: no live run, an unknown experiment, a parameter out of its range (hosted mode:
@@ -90,7 +113,13 @@ def on_lab_click(visit: Visit | None, name: str, first: float | None = None, sec
     if name not in LAB:
         raise ConfigError(f"Unknown experiment {name!r}: pick one of {', '.join(LAB)}.")
     experiment = LAB[name]
-    values = dict(zip((param.name for param in experiment.params), (first, second, third, fourth), strict=False))
+    if experiment.local_only and visit.limits.lab_caps:
+        raise ConfigError(f"{experiment.title} starts processes of its own, so it runs locally only, not on this "
+                          f"shared app: `llm-explorer lab {name} PROMPT` on your machine.")
+    values = dict(zip((param.name for param in number_params(experiment)), (first, second, third, fourth),
+                      strict=False))
+    if menu_param(experiment) is not None:
+        values[menu_param(experiment).name] = choice
     params = read_params(experiment.params, values, hosted=visit.limits.lab_caps)
     from explorer.runner.lab.cache import run_experiment  # a session ran: the runner is imported
     from explorer.runner.passes import waits_shown

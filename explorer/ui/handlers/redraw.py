@@ -18,7 +18,7 @@ from explorer.figures.views import VIEWS
 from explorer.ui.handlers.controls import SAMPLING_FIELDS, SamplingControls, ViewControls, scenario_from
 from explorer.ui.handlers.outputs import close_question, shown_view
 from explorer.ui.handlers.turns import one_at_a_time
-from explorer.ui.plain import markdown_text
+from explorer.ui.plain import info_text
 from explorer.ui.status import generated_text, status_text, strip_html
 from explorer.ui.toasts import shows_errors, toast_text
 from explorer.ui.views import Visit, render
@@ -32,7 +32,7 @@ def is_open(visit: Visit | None) -> bool:
 @shows_errors
 @one_at_a_time
 def on_view_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-                   shown: str, presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
+                   shown: str, presenter: bool = False, zoom: int | None = None, what_if: Scenario | None = None):
     """Redraw the view on screen for other view controls. Returns one figure or `gr.skip()` per view."""
     if not is_open(visit):
         return tuple(gr.skip() for _ in VIEWS)
@@ -44,7 +44,7 @@ def on_view_change(visit: Visit | None, step: int | None, layer: int, average_he
 @shows_errors
 @one_at_a_time
 def on_step_change(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-                   shown: str, presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
+                   shown: str, presenter: bool = False, zoom: int | None = None, what_if: Scenario | None = None):
     """Go to another step: its status line, the token strip and the generated text as they were after
     it, the view on screen redrawn (and no question left open on where to go on from)."""
     if not is_open(visit):
@@ -62,7 +62,7 @@ def on_tab_select(view: str):
     @shows_errors
     @one_at_a_time
     def select(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-               presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
+               presenter: bool = False, zoom: int | None = None, what_if: Scenario | None = None):
         if not is_open(visit):
             return view, gr.skip()
         controls = ViewControls(layer, average_heads, hardware, view, presenter, zoom, what_if)
@@ -93,7 +93,7 @@ def on_lens_stat_change(visit: Visit | None, stat: str, step: int | None, presen
 @shows_errors
 @one_at_a_time
 def on_sink_threshold_change(visit: Visit | None, threshold: float | None, step: int | None, layer: int,
-                             average_heads: bool, presenter: bool = False, zoom: str | None = None):
+                             average_heads: bool, presenter: bool = False, zoom: int | None = None):
     """Mark as sinks the heads whose first token's importance exceeds another threshold (0..1), kept for
     the visit's later redraws; redraws the attention view."""
     if not is_open(visit) or threshold is None:
@@ -132,4 +132,4 @@ def on_sampling_change(visit: Visit | None, step: int | None, *controls):
 
 def model_info(visit: Visit | None):
     """The model menu's line under its label: what the page's session runs (after a prefill)."""
-    return gr.skip() if visit is None else gr.update(info=f"In use: {markdown_text(visit.run.description)}")
+    return gr.skip() if visit is None else gr.update(info=f"In use: {info_text(visit.run.description)}")

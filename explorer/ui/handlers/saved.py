@@ -50,7 +50,7 @@ def on_export_click(visit: Visit | None) -> str:
 
 @shows_errors
 def on_view_html_click(visit: Visit | None, step: int | None, layer: int, average_heads: bool, hardware: str,
-                       shown: str, presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None,
+                       shown: str, presenter: bool = False, zoom: int | None = None, what_if: Scenario | None = None,
                        *sampling) -> str:
     """The view on screen as one HTML page that opens offline (for slides): the figure drawn as on
     screen (the sampling view's preview too, `sampling` being the seven sampling controls), plotly.js

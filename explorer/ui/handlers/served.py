@@ -11,7 +11,7 @@ from dataclasses import replace
 import gradio as gr
 
 from explorer.analysis.measured import Scenario
-from explorer.errors import ConfigError, PromptError, SessionStateError
+from explorer.errors import ConfigError, ExplorerError, PromptError, SessionStateError
 from explorer.figures.views import VIEWS
 from explorer.runner.prompts import check_prompt_chars
 from explorer.ui.handlers.controls import PROMPT_INPUTS, PromptControls, SamplingControls, ViewControls
@@ -43,10 +43,10 @@ class ServedHandlers:
                          prompt_tokens: float | None = None, use_chat_template: bool = True,
                          system_prompt: str | None = None, enable_thinking: bool = False,
                          batch_lines: bool = False, lm_head_all: bool = False,
-                         do_sample: bool = False, temperature: float = 1.0, top_k: float = 0, top_p: float = 1.0,
-                         min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64, layer: float = 0,
+                         do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                         min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64, layer: int = 0,
                          average_heads: bool = False, hardware: str = "", shown: str = "forward",
-                         presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None):
+                         presenter: bool = False, zoom: int | None = None, what_if: Scenario | None = None):
         """Start a new run: the prefill of `prompt` on `model` (`explorer.ui.handlers.steps.prefill`).
 
         Args:
@@ -168,9 +168,11 @@ class ServedHandlers:
         return [gr.validate(True, "") for _ in inputs]
 
     async def validate_prefill(self, request: gr.Request | None, *inputs) -> list[dict]:
-        """`validate_model_event` for Prefill, after refusing a prompt or system prompt far past the
-        prompt cap before it is queued or tokenised (`check_prompt_chars`); the message shows on its
-        box. `inputs` are `on_prefill_click`'s."""
+        """`validate_model_event` for Prefill, after refusing, before it is queued, a prompt or system
+        prompt far past the prompt cap (`check_prompt_chars`, before it is tokenised) and a hub id or
+        folder that names no model (`ModelRegistry.resolve`, in a worker thread: the hub's answer, or
+        its silence, holds no other page's step); the message shows on its box. `inputs` are
+        `on_prefill_click`'s."""
         results = [gr.validate(True, "") for _ in inputs]
         limits = self.served.limits
         for name, what in (("prompt", "prompt"), ("system_prompt", "system prompt")):
@@ -180,6 +182,12 @@ class ServedHandlers:
             except PromptError as exc:
                 results[index] = gr.validate(False, str(exc))
                 return results
+        index = PROMPT_INPUTS.index("custom_model")
+        try:
+            await asyncio.to_thread(self.served.registry.resolve, inputs[index])
+        except ExplorerError as exc:
+            results[index] = gr.validate(False, str(exc))
+            return results
         return await self.validate_model_event(request, *inputs)
 
     def expiry_callback(self):

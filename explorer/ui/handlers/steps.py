@@ -82,10 +82,10 @@ def _layer_progress(progress: gr.Progress):
 
 
 @shows_errors
-def on_decode_click(visit: Visit | None, do_sample: bool = False, temperature: float = 1.0, top_k: float = 0,
+def on_decode_click(visit: Visit | None, do_sample: bool = False, temperature: float = 1.0, top_k: int = 0,
                     top_p: float = 1.0, min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64,
-                    layer: float = 0, average_heads: bool = False, hardware: str = "", shown: str = "forward",
-                    presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None,
+                    layer: int = 0, average_heads: bool = False, hardware: str = "", shown: str = "forward",
+                    presenter: bool = False, zoom: int | None = None, what_if: Scenario | None = None,
                     progress: gr.Progress | None = gr.Progress()):
     """Run one decode step of this page's run (`_decode_from`), with the sampling settings from this
     step on (see /prefill for the parameters); while it waits for the model, `progress` says how many
@@ -97,9 +97,9 @@ def on_decode_click(visit: Visit | None, do_sample: bool = False, temperature: f
 
 @shows_errors
 def on_run_click(visit: Visit | None, count: float | None, do_sample: bool = False, temperature: float = 1.0,
-                 top_k: float = 0, top_p: float = 1.0, min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64,
-                 layer: float = 0, average_heads: bool = False, hardware: str = "", shown: str = "forward",
-                 presenter: bool = False, zoom: str | None = None, what_if: Scenario | None = None,
+                 top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0, seed: float = 0, max_new_tokens: float = 64,
+                 layer: int = 0, average_heads: bool = False, hardware: str = "", shown: str = "forward",
+                 presenter: bool = False, zoom: int | None = None, what_if: Scenario | None = None,
                  progress: gr.Progress | None = gr.Progress()):
     """Run up to `count` decode steps, redrawing after each; stops early where generation ends (see
     /prefill for the other parameters). Each step waits its turn on the model, so other pages' steps

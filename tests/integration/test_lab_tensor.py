@@ -1,0 +1,125 @@
+"""Tensor parallelism on a tiny random Llama whose every dimension is distinct (d = 48, h_q = 6,
+h_kv = 2, d_h = 10, d_ff = 38, L = 3, V = 101) over R = 2 real processes: each rank's shapes are the
+hand-computed slices, its collectives the two all-reduces a layer of 2·L·B·T·d·bytes, its logits one
+process's and its greedy tokens `generate`'s; an R that does not divide is refused before any
+process starts, and a rank that dies mid-run is a clear error that leaves no process or port behind."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import pytest
+import torch
+from tiny_models import tiny_model
+
+from explorer.errors import ConfigError, ExplorerError
+from explorer.figures.lab.tensor import fig_tensor
+from explorer.lab.tensor import lesson_text
+from explorer.runner.lab import tensor as tensor_runner
+from explorer.runner.lab.tensor import run_tensor
+from explorer.runner.lab.tensor_rank import FAIL_EXIT_CODE, FAIL_RANK_ENV
+
+PROMPT = "Hello there, how are you?"
+TOKENS = 5
+D, D_H, L, D_FF = 48, 10, 3, 38
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_model("llama", intermediate_size=D_FF)
+
+
+@pytest.fixture(scope="module")
+def ids(llama):
+    return llama.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+
+
+@pytest.fixture(scope="module")
+def result(llama, ids):
+    return run_tensor(llama, ids, ranks=2, tokens=TOKENS)  # the module's one run of two processes
+
+
+def children() -> list[psutil.Process]:
+    """This process's live descendants, less multiprocessing's resource tracker (it lives as long as we do)."""
+    return [child for child in psutil.Process().children(recursive=True)
+            if child.is_running() and "resource_tracker" not in " ".join(child.cmdline())]
+
+
+def test_the_run_is_two_processes_other_than_this_one(result):
+    pids = [run.pid for run in result.runs]
+    assert [run.rank for run in result.runs] == [0, 1]
+    assert len(set(pids)) == 2 and os.getpid() not in pids and result.parent_pid == os.getpid()
+    assert children() == []  # both have ended
+
+
+def test_each_ranks_shapes_are_its_slice_of_the_heads_and_the_mlp(result, ids):
+    t = len(ids)
+    expected_stops = {
+        "attention input x": (1, t, D), "Q (q_proj out)": (1, t, 3 * D_H), "K (k_proj out)": (1, t, 1 * D_H),
+        "V (v_proj out)": (1, t, D_H), "heads' output (o_proj in)": (1, t, 3 * D_H), "O out, all-reduced": (1, t, D),
+        "gate (gate_proj out)": (1, t, 19), "up (up_proj out)": (1, t, 19), "down_proj in": (1, t, 19),
+        "down out, all-reduced": (1, t, D)}
+    expected_weights = {"q_proj": (30, D), "k_proj": (10, D), "v_proj": (10, D), "o_proj": (D, 30),
+                        "gate_proj": (19, D), "up_proj": (19, D), "down_proj": (D, 19)}
+    for run in result.runs:
+        assert dict(run.stops) == expected_stops and len(run.stops) == len(expected_stops)
+        assert dict(run.weights) == expected_weights
+        assert run.kv_shape == (1, 1, t, D_H)  # one of the two KV heads cached on each rank
+
+
+def test_every_step_runs_two_all_reduces_a_layer_of_the_formulas_bytes(result, ids):
+    t = len(ids)
+    for run in result.runs:
+        assert len(run.steps) == TOKENS  # the prefill, then TOKENS - 1 decode steps
+        for step, calls in enumerate(run.steps):
+            tokens = t if step == 0 else 1
+            assert [call.kind for call in calls] == ["all_reduce"] * (2 * L)
+            assert all(call.shape == (1, tokens, D) and call.payload_bytes == tokens * D * 4 for call in calls)
+            assert sum(call.payload_bytes for call in calls) == 2 * L * 1 * tokens * D * 4
+            assert result.formula_bytes(step) == 2 * L * tokens * D * 4 == result.measured_bytes(step)
+            assert all(call.ms > 0 for call in calls) and run.comm_ms(step) < run.step_ms[step]
+
+
+def test_the_logits_are_one_processs_and_the_tokens_generates(result, llama, ids):
+    with torch.inference_mode():  # the oracle: transformers' own greedy generate, unsharded, here
+        generated = llama.model.generate(torch.tensor([ids]), max_new_tokens=TOKENS, do_sample=False,
+                                         min_new_tokens=TOKENS)[0, len(ids):].tolist()
+    assert all(run.tokens == tuple(generated) for run in result.runs)
+    assert result.reference_tokens == tuple(generated) and result.same_tokens
+    assert 0 < result.max_abs_diff < 1e-5 * max(1.0, result.max_abs_logit)
+
+
+def test_the_table_lesson_and_figure_say_what_was_measured(result, ids):
+    lines = "\n".join(result.lines())
+    assert "prefill (T = %d): 6 x all_reduce" % len(ids) in lines and "greedy tokens identical" in lines
+    text = lesson_text(result)
+    assert "**3 of 6 query heads**" in text and "**1 of 2 KV heads**" in text and "**6 all-reduces a step**" in text
+    figure = fig_tensor(result)
+    assert figure.layout.meta == {"view": "lab-tensor", "step": None}
+    ranks = [trace for trace in figure.data if (trace.name or "").startswith("rank ")]
+    assert [list(trace.text)[0] for trace in ranks] == [f"[1, {len(ids)}, 30]"] * 2
+
+
+@pytest.mark.parametrize("ranks,message", [
+    (4, r"4 does not divide the query heads h_q \(6\) nor the KV heads h_kv \(2\) nor the MLP width d_ff \(38\)"
+        r"\. On this model R can be 1, 2\."),
+    (3, r"3 does not divide the KV heads h_kv \(2\) nor the MLP width d_ff \(38\)")])
+def test_an_r_that_does_not_divide_is_refused_before_any_process_starts(llama, ids, monkeypatch, ranks, message):
+    monkeypatch.setattr(tensor_runner, "start_ranks", lambda *args: pytest.fail("a process was started"))
+    with pytest.raises(ConfigError, match=message):
+        run_tensor(llama, ids, ranks=ranks)
+
+
+def test_a_rank_that_dies_mid_run_is_a_clear_error_and_leaves_nothing_behind(llama, ids, monkeypatch):
+    ports = []
+    real_port = tensor_runner.free_loopback_port
+    monkeypatch.setattr(tensor_runner, "free_loopback_port", lambda: ports.append(real_port()) or ports[-1])
+    monkeypatch.setenv(FAIL_RANK_ENV, "1")  # rank 1 exits right after its prefill
+    with pytest.raises(ExplorerError, match=r"Rank [01] of 2 stopped mid-run: .*no process of the run is left "
+                                            rf"\(exit codes by rank: 0: -?\d+, 1: {FAIL_EXIT_CODE}\)"):
+        run_tensor(llama, ids, ranks=2, tokens=TOKENS)
+    assert children() == []
+    listening = [c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == ports[0]
+                 and c.status == psutil.CONN_LISTEN]
+    assert listening == []
