@@ -5,13 +5,14 @@ and dtype, batch 1, a `DynamicCache`). Each variant is mathematically the same c
 fed the reference's tokens, so its logits can be compared step by step: the prompt in a batch of 4
 (left-padded, with an attention mask and position ids from it), the other attention implementation
 (eager <-> SDPA), the other precision (float32 <-> bfloat16, on a copy of the model), and no KV
-cache (every step recomputes the whole sequence). The shared model is held under its lock for the
-whole experiment and is left as it was (its attention implementation is restored in a `finally`).
+cache (every step recomputes the whole sequence). Each forward pass takes a turn of its own on the
+model's lock (`explorer.runner.passes.model_pass`), and the shared model is only read: the other
+attention implementation runs on a view sharing its weights (`explorer.runner.attention_view`), the
+other precision on a copy.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 
@@ -21,7 +22,8 @@ from transformers import DynamicCache
 from explorer.analysis.equivalence import DEFAULT_STEPS, MAX_STEPS, Comparison, EquivalenceResult
 from explorer.errors import PromptError, SessionStateError
 from explorer.runner.loaded import LoadedModel
-from explorer.runner.locks import model_lock
+from explorer.runner.attention_view import attention_view
+from explorer.runner.passes import model_pass, own_copy
 
 MAX_PROMPT_TOKENS = 512
 MAX_COPY_BYTES = 4 * 2**30  # the precision variant copies the model: only where the copy is small
@@ -52,14 +54,13 @@ def run_equivalence(loaded: LoadedModel, prompt_ids: list[int], steps: int = DEF
         raise PromptError(f"The experiment compares 1 to {MAX_STEPS} steps, not {steps}.")
     model = loaded.model
     start = time.perf_counter()
-    with model_lock(model), torch.inference_mode():
+    with torch.inference_mode():
         reference, tokens = _cached(model, prompt_ids, steps)
         forced = tokens[:-1]
         comparisons = [
             _compare("in a batch of 4 (left-padded)", reference, tokens, lambda: _batched(loaded, prompt_ids, forced)),
             _compare(f"{_other_attention(model)} attention", reference, tokens,
-                     lambda: _with_attention(model, _other_attention(model),
-                                             lambda: _cached(model, prompt_ids, steps, forced)[0])),
+                     lambda: _cached(attention_view(model, _other_attention(model)), prompt_ids, steps, forced)[0]),
             _compare(f"{_other_dtype(model)} weights", reference, tokens, lambda: _other_precision(model, prompt_ids, forced)),
             _compare("no KV cache (full recompute)", reference, tokens, lambda: _recomputed(model, prompt_ids, forced)),
         ]
@@ -85,7 +86,8 @@ def _cached(model, prompt_ids: list[int], steps: int, forced: list[int] | None =
     ids = torch.tensor([prompt_ids], device=model.device)
     rows, tokens = [], []
     for step in range(steps):
-        logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1].float().cpu()
+        with model_pass(model):
+            logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits[0, -1].float().cpu()
         rows.append(logits)
         tokens.append(int(logits.argmax()))
         fed = forced[step] if forced is not None and step < len(forced) else tokens[-1]
@@ -107,8 +109,9 @@ def _batched(loaded: LoadedModel, prompt_ids: list[int], forced: list[int]) -> L
     cache = DynamicCache(config=model.config)
     logits = []
     for step in range(len(forced) + 1):
-        output = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
-                       logits_to_keep=1)
+        with model_pass(model):
+            output = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                           logits_to_keep=1)
         logits.append(output.logits[0, -1].float().cpu())
         if step < len(forced):
             ids = torch.full((len(rows), 1), forced[step], device=model.device)
@@ -117,22 +120,12 @@ def _batched(loaded: LoadedModel, prompt_ids: list[int], forced: list[int]) -> L
     return torch.stack(logits)
 
 
-def _with_attention(model, implementation: str, run: Callable[[], Logits]) -> Logits:
-    """`run()` with the model switched to another attention implementation, switched back after."""
-    previous = model.config._attn_implementation
-    try:
-        model.set_attn_implementation(implementation)
-        return run()
-    finally:
-        model.set_attn_implementation(previous)
-
-
 def _other_precision(model, prompt_ids: list[int], forced: list[int]) -> Logits | str:
     """The same decode on a copy of the model in the other precision (the shared model is not touched)."""
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     if size > MAX_COPY_BYTES or getattr(model, "hf_device_map", None):
         return f"the model ({size / 2**30:.1f} GiB) is too large to copy here"
-    other = copy.deepcopy(model).to(getattr(torch, _other_dtype(model)))
+    other = own_copy(model).to(getattr(torch, _other_dtype(model)))
     try:
         return _cached(other, prompt_ids, len(forced) + 1, forced)[0]
     finally:
@@ -144,7 +137,8 @@ def _recomputed(model, prompt_ids: list[int], forced: list[int]) -> Logits:
     rows = []
     for step in range(len(forced) + 1):
         ids = torch.tensor([prompt_ids + forced[:step]], device=model.device)
-        rows.append(model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1].float().cpu())
+        with model_pass(model):
+            rows.append(model(input_ids=ids, use_cache=False, logits_to_keep=1).logits[0, -1].float().cpu())
     return torch.stack(rows)
 
 

@@ -110,3 +110,11 @@ def model_lock(model: torch.nn.Module) -> FairLock:
     """The lock that serialises forward passes on `model` across sessions, first come, first served."""
     with _LOCKS_GUARD:
         return _MODEL_LOCKS.setdefault(model, FairLock())
+
+
+def share_turns(other: torch.nn.Module, model: torch.nn.Module) -> None:
+    """Let `other` (a copy of `model`, or a view sharing its weights) take turns in `model`'s line: its
+    passes run on the same CPU or GPU, so they wait their turn as `model`'s do."""
+    lock = model_lock(model)
+    with _LOCKS_GUARD:
+        _MODEL_LOCKS[other] = lock

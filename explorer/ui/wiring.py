@@ -31,6 +31,9 @@ MODEL_QUEUE = "model"  # every event that may run the model shares one queue, on
 # ...but a run of N tokens, whose steps take turns on the model with every other page's
 # (`explorer.ui.handlers.turns`): runs go side by side, one per live session at most
 TURNS_QUEUE = "turns"
+# ...and the experiments, whose passes take turns on the model too (`explorer.runner.passes`): two at once,
+# so no page's step waits behind a whole experiment and no more than two experiments' copies are held
+LAB_QUEUE, LAB_AT_ONCE = "lab", 2
 # The figure of the selected tab, saved by plotly.js in the browser (named after its layout.meta).
 SAVE_SVG_JS = """() => {
   const figure = [...document.querySelectorAll('#views .js-plotly-plot')].find(e => e.offsetParent !== null);
@@ -214,21 +217,23 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
     # the tab shows the run's experiment where it ran one (a saved run's too)
     c["tabs"]["equivalence"].select(handlers.on_equivalence_tab, c["visit"], c["plots"]["equivalence"],
                                     show_progress="hidden", api_visibility="private")
+    lab_queue = model_queue | {"concurrency_id": LAB_QUEUE, "concurrency_limit": LAB_AT_ONCE}
     c["equivalence_btn"].click(handlers.on_equivalence_click, [c["visit"], c["equivalence_steps"]],
                                c["plots"]["equivalence"], show_progress="minimal",
-                               **model_queue | {"validator": app.validate_step})
+                               **lab_queue | {"validator": app.validate_step})
     c["lab_select"].input(handlers.on_lab_select, c["lab_select"], [*c["lab_params"], c["lab_choice"], c["lab_text"]],
                           queue=False, show_progress="hidden", api_visibility="private")
     # the experiment's setup folds away once it ran, so its lesson text rises beside the figure
     c["lab_btn"].click(handlers.on_lab_click, [c["visit"], c["lab_select"], *c["lab_params"], c["lab_choice"],
                                                c["presenter"]],
-                       [c["plots"]["lab"], c["lab_text"]], show_progress="minimal", api_visibility="private",
-                       concurrency_id=MODEL_QUEUE, validator=app.validate_step).success(
+                       [c["plots"]["lab"], c["lab_text"]], show_progress="minimal",
+                       **lab_queue | {"validator": app.validate_step}).success(
         lambda: gr.update(open=False), None, c["lab_setup"], queue=False, show_progress="hidden",
         api_visibility="private")
     # the lab for API clients: a parameter left out is None, the experiment's default (the page's boxes
     # hold the first experiment's defaults, which a client naming another would get otherwise)
-    gr.api(evaluated(app.on_lab_call), api_name="lab", api_description=API["lab"], concurrency_id=MODEL_QUEUE)
+    gr.api(evaluated(app.on_lab_call), api_name="lab", api_description=API["lab"], concurrency_id=LAB_QUEUE,
+           concurrency_limit=LAB_AT_ONCE)
     c["lens_stat"].input(handlers.on_lens_stat_change, named(c, ("visit", "lens_stat", "step", "presenter")),
                          c["plots"]["lens"], show_progress="hidden", api_visibility="private")
     c["sink"].change(handlers.on_sink_threshold_change,

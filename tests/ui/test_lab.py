@@ -111,3 +111,36 @@ def test_presenter_mode_wraps_the_title_for_its_larger_text_and_moves_the_legend
     assert added_px >= round(TITLE_LINE_PX * PRESENTER_SCALE * (len(after) - len(before)))
     legend_top_px = (1 - presenter.layout.legend.y) * presenter.layout.height
     assert legend_top_px > TITLE_LINE_PX * PRESENTER_SCALE * len(after)  # the legend starts under the title
+
+
+class Progress:
+    """What the handler sees of `gr.Progress`: the descriptions shown on the page's status line."""
+
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+
+    def __call__(self, fraction, desc: str | None = None, **_) -> None:
+        self.shown.append(desc)
+
+
+def test_a_waiting_experiment_counts_the_turns_ahead_of_its_next_pass_and_a_kept_result_says_so(served):
+    import threading
+
+    from explorer.runner.locks import model_lock
+    from explorer.ui.handlers.turns import waiting_text
+
+    visit, progress, drawn = prefilled(served), Progress(), []
+    lock = model_lock(visit.session.loaded.model)
+    lock.acquire()  # another page's step in flight
+    page = threading.Thread(target=lambda: drawn.append(
+        handlers.on_lab_click(visit, "evict", 8, 2, 24, progress=progress)))
+    page.start()
+    while not progress.shown:
+        assert page.is_alive()
+    lock.release()
+    page.join(120)
+    assert progress.shown[0] == waiting_text(1, "passes")
+    assert waiting_text(1, "passes").endswith("1 turn ahead of this experiment's next pass")
+    assert "cached: computed at" not in drawn[0][1]
+    _, again = handlers.on_lab_click(prefilled(served), "evict", 8, 2, 24)  # another page, the same parameters
+    assert "*cached: computed at" in again and "for this model, these parameters" in again

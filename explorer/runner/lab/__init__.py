@@ -1,7 +1,7 @@
-"""The lab's experiments run on the loaded model (plain transformers; the model's lock held): one
-function per experiment, by the name of its row in `explorer.lab.table.LAB`. Each takes the loaded
-model, the prompt's token ids and the experiment's parameters (`LabParam.name`), and returns the
-experiment's result (`explorer.lab.<experiment>`)."""
+"""The lab's experiments run on the loaded model (plain transformers; each pass in its turn on the
+model's lock, `explorer.runner.passes`): one function per experiment, by the name of its row in
+`explorer.lab.table.LAB`. Each takes the loaded model, the prompt's token ids and the experiment's
+parameters (`LabParam.name`), and returns the experiment's result (`explorer.lab.<experiment>`)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from explorer.lab.chunked import (
 )
 from explorer.runner.lab.common import (
     check_runnable,
-    exclusive,
+    passes_on,
     forward,
     greedy,
     median_ms,
@@ -28,6 +28,7 @@ from explorer.runner.lab.common import (
     pieces,
 )
 from explorer.runner.loaded import LoadedModel
+from explorer.runner.passes import waited_s
 
 GREEDY_TOKENS = 8  # the continuation compared
 
@@ -49,7 +50,7 @@ def run_chunked(loaded: LoadedModel, prompt_ids: list[int], chunk: int = 16, rep
     """
     check_runnable(loaded, prompt_ids)
     plan = plan_chunks(len(prompt_ids), chunk)
-    with exclusive(loaded) as model:
+    with passes_on(loaded) as model:
         embed = model.get_input_embeddings()
         with output_shapes(embed) as full_shape:
             full_cache = new_cache(model)
@@ -84,12 +85,12 @@ def _chunked_prefill(model, prompt_ids: list[int], plan: list[tuple[int, int]], 
 
     Returns:
         (each chunk's logits [C, V] float32, layer 0's key shape [1, h_kv, n, d_h] after each chunk,
-        each chunk's wall time in ms (measured; the device synchronised)).
+        each chunk's wall time in ms (measured; the device synchronised; its wait for a turn left out)).
     """
     logits, kv_shapes, times_ms = [], [], []
     for start, tokens in plan:
-        began = time.perf_counter()
+        began, waited = time.perf_counter(), waited_s()
         logits.append(forward(model, prompt_ids[start:start + tokens], cache))  # its .cpu() waits for the device
-        times_ms.append((time.perf_counter() - began) * 1e3)
+        times_ms.append((time.perf_counter() - began - (waited_s() - waited)) * 1e3)  # its wait for a turn left out
         kv_shapes.append(tuple(cache.layers[0].keys.shape))
     return logits, kv_shapes, times_ms

@@ -1,11 +1,13 @@
-"""What every lab experiment does with the model: check it has weights, hold its lock, run plain
-transformers forward passes on a `DynamicCache`, decode greedily, time a call, record the shape a
-module outputs, and estimate a pass's FLOPs with the cost model."""
+"""What every lab experiment does with the model: check it has weights, run plain transformers forward
+passes on a `DynamicCache`, each in a turn of its own on the model's lock (`explorer.runner.passes`),
+decode greedily, time a call (the waits for turns left out), record the shape a module outputs, and
+estimate a pass's FLOPs with the cost model."""
 
 from __future__ import annotations
 
 import contextlib
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -21,7 +23,7 @@ from explorer.analysis.spec import ModelSpec
 from explorer.errors import PromptError, SessionStateError
 from explorer.lab.fidelity import shipped_text
 from explorer.runner.loaded import LoadedModel
-from explorer.runner.locks import model_lock
+from explorer.runner.passes import model_pass, waited_s
 
 MAX_PROMPT_TOKENS = 2048  # what an experiment runs on the shared model: a few passes of this at most
 BOUND_HARDWARE = "h100-sxm"  # the GPU whose roofline the lossy experiments' predicted bounds are on
@@ -42,9 +44,11 @@ def check_runnable(loaded: LoadedModel, prompt_ids: list[int], max_tokens: int =
 
 
 @contextlib.contextmanager
-def exclusive(loaded: LoadedModel) -> Iterator[torch.nn.Module]:
-    """The model, held under its lock (no session's step runs meanwhile), without autograd."""
-    with model_lock(loaded.model), torch.inference_mode():
+def passes_on(loaded: LoadedModel) -> Iterator[torch.nn.Module]:
+    """The model, without autograd. Its lock is not held: each forward pass takes a turn of its own
+    (`forward`, `explorer.runner.passes.model_pass`), so another page's step waits for one pass, not
+    for the experiment."""
+    with torch.inference_mode():
         yield loaded.model
 
 
@@ -54,18 +58,26 @@ def new_cache(model) -> DynamicCache:
 
 def forward(model, ids: list[int], cache: DynamicCache | None, keep: int = 0) -> torch.Tensor:
     """Run `ids` ([1, T]) after whatever `cache` holds (the cache grows by T); returns the logits of
-    the last `keep` positions (0: every position), [T or keep, V] float32 on the CPU."""
+    the last `keep` positions (0: every position), [T or keep, V] float32 on the CPU. One turn on the
+    model's lock."""
     tensor = torch.tensor([ids], device=model.device)
-    return model(input_ids=tensor, cache=cache, use_cache=cache is not None,
-                 logits_to_keep=keep).logits[0].float().cpu()
+    with model_pass(model):
+            return model(input_ids=tensor, cache=cache, use_cache=cache is not None,
+                     logits_to_keep=keep).logits[0].float().cpu()
 
 
-def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int, eos_ids=()) -> list[int]:
+def greedy(model, cache: DynamicCache, logits: torch.Tensor, steps: int, eos_ids=(),
+           times_ms: list[float] | None = None) -> list[int]:
     """Up to `steps` greedy tokens after `logits` ([V], the last position's), decoding on `cache`; as
-    `generate` does, the tokens end with the first of `eos_ids` (kept) where one is chosen earlier."""
+    `generate` does, the tokens end with the first of `eos_ids` (kept) where one is chosen earlier. Each
+    decode step's wall time is appended to `times_ms` where given (measured as `median_ms` does)."""
     tokens = [int(logits.argmax())]
     while len(tokens) < steps and tokens[-1] not in eos_ids:
-        tokens.append(int(forward(model, [tokens[-1]], cache)[-1].argmax()))
+        step = lambda: tokens.append(int(forward(model, [tokens[-1]], cache)[-1].argmax()))  # noqa: E731
+        if times_ms is None:
+            step()
+        else:
+            times_ms.extend(median_ms([step], 1))
     return tokens
 
 
@@ -77,23 +89,31 @@ def until_eos(tokens: list[int], eos_ids) -> list[int]:
 
 def median_ms(runs: list[Callable[[], object]], repeats: int) -> list[float]:
     """The median wall time of `repeats` calls of each of `runs`, in ms (measured; the device
-    synchronised). The runs take turns, so a machine that slows down meanwhile slows them alike."""
+    synchronised), less the time each call waited for turns on the model (other pages' passes). The
+    runs take turns, so a machine that slows down meanwhile slows them alike."""
     times: list[list[float]] = [[] for _ in runs]
     for _ in range(repeats):
         for run, kept in zip(runs, times, strict=True):
-            start = time.perf_counter()
+            start, waited = time.perf_counter(), waited_s()
             run()
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-            kept.append((time.perf_counter() - start) * 1e3)
+            kept.append((time.perf_counter() - start - (waited_s() - waited)) * 1e3)
     return [statistics.median(kept) for kept in times]
 
 
 @contextlib.contextmanager
 def output_shapes(module: torch.nn.Module) -> Iterator[list[tuple[int, ...]]]:
-    """The shape of each output of `module` while the block runs (a forward hook, always removed)."""
+    """The shape of each output of `module` in this thread's passes while the block runs (a forward hook,
+    always removed; the passes of other pages' threads, which take turns meanwhile, are not recorded)."""
     shapes: list[tuple[int, ...]] = []
-    handle = module.register_forward_hook(lambda _module, _args, output: shapes.append(tuple(output.shape)))
+    mine = threading.get_ident()
+
+    def record(_module, _args, output) -> None:
+        if threading.get_ident() == mine:
+            shapes.append(tuple(output.shape))
+
+    handle = module.register_forward_hook(record)
     try:
         yield shapes
     finally:
@@ -132,10 +152,15 @@ def context_length(model) -> int:
     return int(getattr(config, "max_position_embeddings", None) or config.n_positions)
 
 
-def decode_ms(model, cache: DynamicCache, token: int, repeats: int) -> float:
-    """The median wall time of `repeats` decode steps of `token` on `cache` (which grows by `repeats`), ms
-    (measured)."""
-    return median_ms([lambda: forward(model, [token], cache)], repeats)[0]
+def greedy_timed(model, cache: DynamicCache, logits: torch.Tensor, steps: int,
+                 eos_ids=()) -> tuple[list[int], float]:
+    """`greedy`'s tokens and the median wall time of its decode steps, ms (measured; one more decode
+    step of the last token on `cache` is timed where there is none: `steps` 1, or an end at once)."""
+    times_ms: list[float] = []
+    tokens = greedy(model, cache, logits, steps, eos_ids, times_ms)
+    if not times_ms:
+        times_ms = median_ms([lambda: forward(model, tokens[-1:], cache)], 1)
+    return tokens, statistics.median(times_ms)
 
 
 def predicted_decode_s(model, context: int, batch: int = 1, **formats: str) -> tuple[float, str]:

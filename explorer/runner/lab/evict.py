@@ -13,7 +13,6 @@ token sees every kept key.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -36,8 +35,10 @@ from explorer.lab.evict import (
     nll_per_position,
 )
 from explorer.lab.fidelity import TEXT_SOURCE
-from explorer.runner.lab.common import check_runnable, exclusive, forward, new_cache, pieces, text_ids
+from explorer.runner.attention_view import attention_view
+from explorer.runner.lab.common import check_runnable, forward, new_cache, passes_on, pieces, text_ids
 from explorer.runner.loaded import LoadedModel
+from explorer.runner.passes import model_pass
 
 PREFILL_TOKENS = 8  # the text's first tokens prefilled at once (at most W of them)
 SINK_TOKENS = 256  # the text's first tokens whose full attention is measured for the sinks ([L, h, n, n] held)
@@ -47,7 +48,7 @@ def run_evict(loaded: LoadedModel, prompt_ids: list[int], window: int = 32, sink
               text_tokens: int = 96, positions: int = 0) -> EvictResult:
     """Decode a text with the full cache (one plain forward) and with each rule of `POLICIES` holding W
     positions, and measure the attention its first tokens draw; the shared model is only read ("h2o" and
-    the sinks' measure switch its attention to eager and back).
+    the sinks' measure run eager attention on a view sharing its weights, `attention_view`).
 
     The text is the prompt where it is long (at least W + `PROMPT_PAST_WINDOW` tokens:
     `explorer.lab.evict.decodes_prompt`), else the shipped text; its first `text_tokens` tokens.
@@ -80,14 +81,14 @@ def run_evict(loaded: LoadedModel, prompt_ids: list[int], window: int = 32, sink
     rule = POSITION_RULES[positions]
     if rule == "renumbered":
         _rotary(loaded.model)  # refuses a model without rotary positions before it runs
-    with exclusive(loaded) as model:
+    with passes_on(loaded) as model:
         reference = forward(model, text, None).numpy()
         per_position = kv_bytes_per_position(model)
         runs = [_scored(FULL, reference, reference, text, [], len(text), per_position)]
         decodes = evicted_decodes(model, text, POLICIES, window, sinks, rule == "renumbered")
         for policy, (logits, kept, lengths) in decodes.items():
             runs.append(_scored(policy, logits, reference, text, kept, max(lengths), per_position))
-        measures = _with_eager(model, lambda: sink_measures(model, text[:SINK_TOKENS], sinks))
+        measures = sink_measures(attention_view(model, "eager"), text[:SINK_TOKENS], sinks)
     return EvictResult(
         source=OWN_PROMPT if own else TEXT_SOURCE, text_tokens=len(text), window=window, sinks=sinks,
         heavy=window // 2, prefill_tokens=min(PREFILL_TOKENS, window), bytes_per_position=per_position,
@@ -101,7 +102,8 @@ def sink_measures(model, ids: list[int], sinks: int) -> SinkMeasures:
     must be eager, which returns its weights): the first-token importance of every (layer, head)
     (`explorer.analysis.sinks.first_token_importance`, thresholded as the attention view marks sinks),
     and the mean weight the queries past the first `sinks` put on those keys."""
-    out = model(input_ids=torch.tensor([ids], device=model.device), output_attentions=True)
+    with model_pass(model):
+        out = model(input_ids=torch.tensor([ids], device=model.device), output_attentions=True)
     probs = [layer[0].float().cpu().numpy() for layer in out.attentions]  # L x [h, n, n]
     summary = SinkSummary(np.stack([first_token_importance(p) for p in probs]), DEFAULT_SINK_THRESHOLD)
     later = [p[:, sinks:, :sinks].sum(axis=-1, dtype=np.float64).mean() for p in probs if p.shape[1] > sinks]
@@ -118,14 +120,15 @@ def evicted_decode(model, ids: list[int], policy: str, window: int, sinks: int,
 def evicted_decodes(model, ids: list[int], policies: tuple[str, ...], window: int, sinks: int,
                     renumber: bool = False) -> dict[str, tuple[np.ndarray, list[np.ndarray], list[int]]]:
     """Prefill `ids`' first min(PREFILL_TOKENS, W) tokens, then feed the rest one at a time, cutting the
-    cache back to the positions `kept_indices` names after every pass (without autograd; hold the model's
-    lock, `exclusive`, where others share it). The rules run side by side, one batch row each, so one
+    cache back to the positions `kept_indices` names after every pass (without autograd; each pass in a
+    turn of its own on the model's lock). The rules run side by side, one batch row each, so one
     forward a pass serves them all (each row's cache keeps its own positions; every rule keeps the same
     count, min(n, W)).
 
     Args:
         ids: T token ids; position t's logits predict ids[t + 1].
-        policies: rules of `POLICIES` (with "h2o" the model runs eager attention, to read its weights).
+        policies: rules of `POLICIES` (with "h2o" the passes run eager attention, to read its weights, on
+            `attention_view(model, "eager")`: the shared model is left as it is).
         renumber: StreamingLLM's position rule (the kept keys renumbered inside the cache); False: as cached.
 
     Returns:
@@ -133,8 +136,8 @@ def evicted_decodes(model, ids: list[int], policies: tuple[str, ...], window: in
         original positions the cache holds, ascending; lengths, after each pass, the cache's length
         (`DynamicCache.get_seq_length`).
     """
-    decode = lambda: _decode(model, ids, policies, window, sinks, renumber)  # noqa: E731
-    return _with_eager(model, decode) if "h2o" in policies else decode()
+    return _decode(attention_view(model, "eager") if "h2o" in policies else model, ids, policies, window, sinks,
+                   renumber)
 
 
 @torch.inference_mode()
@@ -147,8 +150,9 @@ def _decode(model, ids: list[int], policies: tuple[str, ...], window: int, sinks
     for start, chunk in chunks:
         first = cache.get_seq_length() if renumber else start  # the chunk's first position
         where = torch.arange(first, first + len(chunk), device=model.device)[None].expand(rows, -1)
-        out = model(input_ids=torch.tensor([chunk] * rows, device=model.device), position_ids=where, cache=cache,
-                    use_cache=True, output_attentions="h2o" in policies)
+        with model_pass(model):
+            out = model(input_ids=torch.tensor([chunk] * rows, device=model.device), position_ids=where,
+                        cache=cache, use_cache=True, output_attentions="h2o" in policies)
         keeps = []
         for row, policy in enumerate(policies):
             logits[row].append(out.logits[row].float().cpu().numpy())
@@ -224,16 +228,6 @@ def kv_bytes_per_position(model) -> int:
     """2·L·h_kv·d_h·bytes of one cached position, in the model's dtype (computed from its config)."""
     spec = ModelSpec.from_hf_config(model.config.to_dict())
     return bytes_per_position(spec.n_layers, spec.n_kv_heads, spec.head_dim, model.dtype.itemsize)
-
-
-def _with_eager(model, run: Callable[[], tuple]) -> tuple:
-    """`run()` with the model's attention switched to eager (which returns its weights), switched back after."""
-    previous = model.config._attn_implementation
-    try:
-        model.set_attn_implementation("eager")
-        return run()
-    finally:
-        model.set_attn_implementation(previous)
 
 
 def _scored(name: str, logits: np.ndarray, reference: np.ndarray, text: list[int], kept: list[np.ndarray],

@@ -19,10 +19,9 @@ from explorer.lab.kvquant import (
 from explorer.runner.lab.common import (
     check_runnable,
     context_length,
-    decode_ms,
-    exclusive,
+    passes_on,
     forward,
-    greedy,
+    greedy_timed,
     new_cache,
     predicted_decode_s,
     text_ids,
@@ -30,7 +29,7 @@ from explorer.runner.lab.common import (
 from explorer.runner.lab.kvcache import QuantizedKVCache
 from explorer.runner.loaded import LoadedModel
 
-TIMED_STEPS = 5  # decode steps timed per variant (the median is kept)
+TIMED_STEPS = 1  # a decode step timed after the continuation where it has none (N = 1)
 
 
 def run_kvquant(loaded: LoadedModel, prompt_ids: list[int], kv_format: int = 0, continue_tokens: int = 12,
@@ -63,7 +62,7 @@ def run_kvquant(loaded: LoadedModel, prompt_ids: list[int], kv_format: int = 0, 
     text = text_ids(loaded, text_tokens)
     layers, heads, head_dim = spec.n_layers, spec.n_kv_heads, spec.head_dim
     formats = list(FORMATS.values()) if kv_format == 0 else [FORMATS[kv_format]]
-    with exclusive(loaded) as model:
+    with passes_on(loaded) as model:
         reference = _measure(model, prompt_ids, text, continue_tokens, lambda: new_cache(model), loaded.eos_token_ids)
         float_bytes = cache_bytes_per_token(layers, heads, head_dim, model.dtype.itemsize, 0)
         variants = [_variant(loaded.dtype, reference, reference, text, float_bytes, model, None)]
@@ -84,12 +83,11 @@ def run_kvquant(loaded: LoadedModel, prompt_ids: list[int], kv_format: int = 0, 
 
 def _measure(model, prompt_ids: list[int], text: list[int], steps: int, make_cache, eos_ids) -> dict:
     """One cache kind's prompt logits ([T, V]), text logits ([T_text, V], on a cache of its own), greedy
-    continuation (ending at end-of-sequence as `generate`'s does), decode ms, and the text cache's stored
-    bytes and tokens."""
+    continuation (ending at end-of-sequence as `generate`'s does), the median ms of its decode steps, and
+    the text cache's stored bytes and tokens."""
     cache = make_cache()
     prompt = forward(model, prompt_ids, cache)
-    tokens = greedy(model, cache, prompt[-1], steps, eos_ids)
-    step_ms = decode_ms(model, cache, tokens[-1], TIMED_STEPS)
+    tokens, step_ms = greedy_timed(model, cache, prompt[-1], steps, eos_ids)
     text_cache = make_cache()
     text_logits = forward(model, text, text_cache)
     return {"prompt": prompt.numpy(), "text": text_logits.numpy(), "tokens": tuple(tokens), "step_ms": step_ms,

@@ -9,7 +9,7 @@ from explorer.errors import PromptError
 from explorer.lab.prefix import FOLLOW_UP, PrefixCacheResult
 from explorer.runner.lab.common import (
     check_runnable,
-    exclusive,
+    passes_on,
     forward,
     greedy,
     median_ms,
@@ -24,7 +24,7 @@ from explorer.runner.step_order import crop_cache
 GREEDY_TOKENS = 8  # the continuation compared
 
 
-def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repeats: int = 5) -> PrefixCacheResult:
+def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repeats: int = 3) -> PrefixCacheResult:
     """Prefill request A (`prompt_ids`), then request B = A's first `prefix` tokens + `FOLLOW_UP` two
     ways: a full prefill of B on an empty cache, and B's suffix on a copy of A's cache cropped to
     `prefix` positions; compare their logits over B's suffix and their greedy continuations.
@@ -46,7 +46,7 @@ def run_prefix(loaded: LoadedModel, prompt_ids: list[int], prefix: int = 0, repe
                           f"not {prefix}.")
     suffix = _follow_up_ids(loaded)
     second = prompt_ids[:shared] + suffix
-    with exclusive(loaded) as model:
+    with passes_on(loaded) as model:
         first_cache = new_cache(model)
         forward(model, prompt_ids, first_cache)  # request A
         embed = model.get_input_embeddings()

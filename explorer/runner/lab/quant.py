@@ -4,8 +4,6 @@ the prompt, the shipped text and a greedy continuation run on each variant and o
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 import torch
 from transformers.pytorch_utils import Conv1D
@@ -16,17 +14,17 @@ from explorer.lab.quant import OFFERED_BITS, QuantResult, dequantize, quantize, 
 from explorer.runner.lab.common import (
     check_runnable,
     context_length,
-    decode_ms,
-    exclusive,
+    passes_on,
     forward,
-    greedy,
+    greedy_timed,
     new_cache,
     predicted_decode_s,
     text_ids,
 )
 from explorer.runner.loaded import LoadedModel
+from explorer.runner.passes import own_copy
 
-TIMED_STEPS = 5  # decode steps timed per variant (the median is kept)
+TIMED_STEPS = 1  # a decode step timed after the continuation where it has none (N = 1)
 
 
 def run_quant(loaded: LoadedModel, prompt_ids: list[int], bits: int = 0, group_size: int = 32,
@@ -53,13 +51,13 @@ def run_quant(loaded: LoadedModel, prompt_ids: list[int], bits: int = 0, group_s
         raise PromptError(f"The prompt and {continue_tokens} + {TIMED_STEPS} generated tokens exceed the "
                           f"model's {context_length(loaded.model)} positions.")
     text = text_ids(loaded, text_tokens)
-    with exclusive(loaded) as model:
+    with passes_on(loaded) as model:
         modules = quantizable(model)
         reference = _measure(model, prompt_ids, text, continue_tokens, loaded.eos_token_ids)
         variants = [_variant(loaded.dtype, reference, reference, text, float(model.dtype.itemsize), model,
                              len(prompt_ids), None)]
         worst = 0.0
-        copied = copy.deepcopy(model)
+        copied = own_copy(model)
         copied_modules = quantizable(copied)
         for width in (OFFERED_BITS if bits == 0 else (bits,)):
             group = group_size if width == 4 else max(m.weight.shape[0 if _transposed(m) else 1] for m in modules)
@@ -108,12 +106,12 @@ def _load_quantized(originals, copies, bits: int, group: int) -> tuple[float, fl
 
 def _measure(model, prompt_ids: list[int], text: list[int], steps: int, eos_ids) -> dict:
     """One model's prompt logits ([T, V]), text logits ([T_text, V]), greedy continuation (ending at
-    end-of-sequence as `generate`'s does) and decode ms."""
+    end-of-sequence as `generate`'s does) and the median ms of its decode steps."""
     cache = new_cache(model)
     prompt = forward(model, prompt_ids, cache)
-    tokens = greedy(model, cache, prompt[-1], steps, eos_ids)
+    tokens, step_ms = greedy_timed(model, cache, prompt[-1], steps, eos_ids)
     return {"prompt": prompt.numpy(), "text": forward(model, text, None).numpy(), "tokens": tuple(tokens),
-            "step_ms": decode_ms(model, cache, tokens[-1], TIMED_STEPS)}
+            "step_ms": step_ms}
 
 
 def _variant(name: str, run: dict, reference: dict, text: list[int], bytes_per_weight: float, model,

@@ -26,7 +26,7 @@ from explorer.lab.speculative import Round, SpeculativeResult
 from explorer.runner.architectures import _module, model_features
 from explorer.runner.lab.common import (
     check_runnable,
-    exclusive,
+    passes_on,
     forward,
     greedy,
     median_ms,
@@ -37,6 +37,7 @@ from explorer.runner.lab.common import (
 )
 from explorer.runner.lens import read_out
 from explorer.runner.loaded import LoadedModel
+from explorer.runner.passes import model_pass
 from explorer.runner.step_order import crop_cache
 
 
@@ -49,7 +50,7 @@ class _EarlyExit(Exception):
 
 
 def run_speculative(loaded: LoadedModel, prompt_ids: list[int], depth: int = 12, guesses: int = 4,
-                    tokens: int = 16, repeats: int = 3) -> SpeculativeResult:
+                    tokens: int = 16, repeats: int = 1) -> SpeculativeResult:
     """Prefill the prompt, then decode `tokens` greedy tokens two ways from the same KV cache: plain
     (one full forward pass per token) and speculative (the first-`depth`-layers draft guesses up to
     `guesses` tokens, one full pass of T = g + 1 verifies them); time both (the prefill excluded).
@@ -60,7 +61,7 @@ def run_speculative(loaded: LoadedModel, prompt_ids: list[int], depth: int = 12,
         depth: k, the draft's decoder layers, 1..L-1.
         guesses: g, the draft's guesses per round, >= 1.
         tokens: tokens to decode each way, >= 1 (the first is the prefill's).
-        repeats: runs timed per way (the median is kept).
+        repeats: runs timed per way (the median is kept); the first run of each way gives its tokens.
 
     Raises:
         SessionStateError: shape-only mode.
@@ -73,19 +74,20 @@ def run_speculative(loaded: LoadedModel, prompt_ids: list[int], depth: int = 12,
                           f"model's L = {layers} layers, fewer than all of them; not {depth}.")
     if min(guesses, tokens) < 1:
         raise PromptError(f"Guesses and tokens must be at least 1, not {guesses} and {tokens}.")
-    with exclusive(loaded) as model:
+    with passes_on(loaded) as model:
         cache = new_cache(model)
         last = forward(model, prompt_ids, cache)[-1]
         eos = loaded.eos_token_ids
-        plain = greedy(model, copy.deepcopy(cache), last, tokens, eos)
-        draft = _draft_cache(model, cache, depth)
-        spoken, raw = _speculate(model, copy.deepcopy(cache), draft, int(last.argmax()), depth, guesses, tokens, eos)
-        # fresh caches for each timed run, made outside the timed calls
+        # fresh caches for each timed run, made outside the timed calls; the model is warm (the prefill
+        # ran), so the first timed run of each way also gives its tokens
         plain_caches = [copy.deepcopy(cache) for _ in range(repeats)]
         spec_caches = [(copy.deepcopy(cache), _draft_cache(model, cache, depth)) for _ in range(repeats)]
+        runs: dict[str, tuple] = {}
         plain_ms, speculative_ms = median_ms(
-            [lambda: greedy(model, plain_caches.pop(), last, tokens, eos),
-             lambda: _speculate(model, *spec_caches.pop(), int(last.argmax()), depth, guesses, tokens, eos)], repeats)
+            [lambda: runs.setdefault("plain", greedy(model, plain_caches.pop(), last, tokens, eos)),
+             lambda: runs.setdefault("speculative", _speculate(model, *spec_caches.pop(), int(last.argmax()), depth,
+                                                               guesses, tokens, eos))], repeats)
+        plain, (spoken, raw) = runs["plain"], runs["speculative"]
     spec = ModelSpec.from_hf_config(model.config.to_dict())
     rounds = tuple(_round(loaded, spec, depth, *entry) for entry in raw)
     return SpeculativeResult(
@@ -135,7 +137,7 @@ def draft_forward(model, ids: list[int], cache: DynamicCache, depth: int) -> tor
     logits on the CPU."""
     family = model_features(model)
     norm, head = _module(model, family.top_modules["final_norm"]), _module(model, family.top_modules["lm_head"])
-    with _exit_after(model, depth):
+    with model_pass(model), _exit_after(model, depth):  # the hook ends only this pass: no other page's runs meanwhile
         try:
             model(input_ids=torch.tensor([ids], device=model.device), cache=cache, use_cache=True)
         except _EarlyExit as stop:

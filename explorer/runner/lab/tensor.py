@@ -18,9 +18,10 @@ from transformers import GenerationConfig
 
 from explorer.errors import ConfigError, ExplorerError
 from explorer.lab.tensor import Collective, RankRun, TensorParallelResult, check_ranks_divide, split_dims
-from explorer.runner.lab.common import check_runnable, exclusive, forward, pieces
+from explorer.runner.lab.common import check_runnable, forward, passes_on, pieces
 from explorer.runner.lab.tensor_rank import run_rank
 from explorer.runner.loaded import LoadedModel
+from explorer.runner.passes import model_pass
 
 COLLECTIVE_TIMEOUT_S = 120.0  # a rank waits this long for the others in a collective before it fails
 RUN_TIMEOUT_S = 900.0  # the whole run, start-up included (each process imports torch and loads the model)
@@ -52,13 +53,13 @@ def run_tensor(loaded: LoadedModel, prompt_ids: list[int], ranks: int = 3, token
     config = loaded.model.config.to_dict()
     check_ranks_divide(config, ranks)
     with tempfile.TemporaryDirectory(prefix="explorer-tensor-") as workdir:
-        with exclusive(loaded) as model:
-            model.save_pretrained(Path(workdir) / "model")
+        with model_pass(loaded.model):  # one turn: no other page's traced pass has wrapped its modules
+            loaded.model.save_pretrained(Path(workdir) / "model")
         args = (ranks, free_loopback_port(), workdir, list(prompt_ids), tokens, list(loaded.eos_token_ids),
                 COLLECTIVE_TIMEOUT_S)
         start_ranks(ranks, args)
         outputs = [torch.load(Path(workdir) / f"rank{rank}.pt") for rank in range(ranks)]
-    with exclusive(loaded) as model:
+    with passes_on(loaded) as model:
         reference = _reference_tokens(model, prompt_ids, tokens, loaded.eos_token_ids)
         chosen = outputs[0]["tokens"]
         one_process = forward(model, list(prompt_ids) + chosen[:-1], None)  # every step's logits, [T + N - 1, V]
@@ -148,7 +149,8 @@ def _reference_tokens(model, prompt_ids: list[int], tokens: int, eos_ids: list[i
     settings = GenerationConfig(max_new_tokens=tokens, do_sample=False, eos_token_id=eos_ids or None,
                                 pad_token_id=(eos_ids or [0])[0])
     ids = torch.tensor([prompt_ids], device=model.device)
-    return model.generate(ids, generation_config=settings)[0, len(prompt_ids):].tolist()
+    with model_pass(model):  # one turn for the whole generate (local only: no other page shares the model)
+        return model.generate(ids, generation_config=settings)[0, len(prompt_ids):].tolist()
 
 
 def _rank_run(output: dict) -> RankRun:

@@ -10,8 +10,9 @@ import torch
 from explorer.errors import PromptError
 from explorer.lab.tiles import COMPONENTS, TilesResult, direct_attention, online_softmax, scores_of
 from explorer.runner.hooks import StepRecorder, StopForward, tracing
-from explorer.runner.lab.common import check_runnable, exclusive, new_cache, pieces
+from explorer.runner.lab.common import check_runnable, new_cache, pieces
 from explorer.runner.loaded import LoadedModel
+from explorer.runner.passes import model_pass
 
 
 def run_tiles(loaded: LoadedModel, prompt_ids: list[int], block: int = 16, layer: int = 0, head: int = 0,
@@ -80,7 +81,8 @@ def _captured(loaded: LoadedModel, prompt_ids: list[int], layer: int):
         PromptError: the layer's cache holds fewer than T positions (a sliding window dropped the first).
     """
     recorder = StepRecorder(keep_attention=lambda layer, shape, query_bytes: False, stop_after_layer=layer)
-    with exclusive(loaded) as model:
+    model = loaded.model
+    with model_pass(model):  # one pass, traced: its attention function is the recorder's for this turn only
         cache = new_cache(model)
         with tracing(model, cache, recorder, hook_modules=False):
             try:

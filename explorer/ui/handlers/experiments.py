@@ -1,8 +1,14 @@
 """The experiments' events: "equivalent is not identical" (the same logits computed equivalent
 ways), run on the prefill's prompt and kept in the run (an export saves it); and the lab's (an
-inference engine's trick run on the prompt: `explorer.lab.table.LAB`), drawn with its lesson text."""
+inference engine's trick run on the prompt: `explorer.lab.table.LAB`), drawn with its lesson text.
+
+An experiment does not hold the shared model for its run: each of its forward passes takes a turn
+on the model's lock (`explorer.runner.passes`), so another page's step waits for a pass, and the
+experiment's page says meanwhile how many turns are ahead of its next pass."""
 
 from __future__ import annotations
+
+import time
 
 import gradio as gr
 
@@ -15,11 +21,12 @@ from explorer.lab.table import LAB, Experiment
 from explorer.ui.bounds import NUMBER_TEXT_MAX, number_text
 from explorer.ui.handlers.controls import index
 from explorer.ui.handlers.redraw import is_open
+from explorer.ui.handlers.turns import shown_waits
 from explorer.ui.toasts import shows_errors
 from explorer.ui.views import Visit
 
 EQUIVALENCE_EMPTY = "Prefill a prompt, then press \"Run the experiment\": the same logits computed equivalent ways."
-APP_EQUIVALENCE_STEPS = 8  # the experiment holds the shared model: few steps in the app (the CLI takes 32)
+APP_EQUIVALENCE_STEPS = 8  # few steps in the app (the CLI takes 32): each is five passes on the shared model
 LAB_EMPTY = "Prefill a prompt, pick an experiment and press \"Run the experiment\": an engine's trick, run for real."
 LAB_PARAM_SLOTS = 4  # the lab's number boxes: an experiment shows as many as it has number parameters
 
@@ -32,17 +39,21 @@ def on_equivalence_tab(visit: Visit | None):
 
 
 @shows_errors
-def on_equivalence_click(visit: Visit | None, steps: float | None):
-    """Run the "equivalent is not identical" experiment on the prefill's prompt (the model's lock held
-    meanwhile), keep its result in the run (an export saves it), and draw it."""
+def on_equivalence_click(visit: Visit | None, steps: float | None, progress: gr.Progress | None = gr.Progress()):
+    """Run the "equivalent is not identical" experiment on the prefill's prompt (each pass in its turn
+    on the model, the turns ahead shown on `progress` while one waits), keep its result in the run (an
+    export saves it), and draw it."""
     if not is_open(visit) or visit.saved:
         raise SessionStateError("Run a prefill first: the experiment runs the model on its prompt "
                                 "(a saved run has no model).")
     count = index(steps, 4, APP_EQUIVALENCE_STEPS)
     from explorer.runner.equivalence import run_equivalence  # a session ran: the runner is imported
+    from explorer.runner.passes import waits_shown
 
-    visit.run.equivalence = run_equivalence(visit.session.loaded, visit.run.steps[0].input_ids, max(1, count))
-    return equivalence_figure(visit.run.equivalence, visit.run.piece)
+    run = visit.run  # the page's other events run meanwhile: the result goes to the run it was asked for
+    with waits_shown(shown_waits(progress, "passes")):
+        run.equivalence = run_equivalence(visit.session.loaded, run.steps[0].input_ids, max(1, count))
+    return equivalence_figure(run.equivalence, run.piece)
 
 
 def number_params(experiment: Experiment) -> list:
@@ -86,10 +97,13 @@ def on_lab_select(name: str) -> tuple:
 @shows_errors
 def on_lab_click(visit: Visit | None, name: str, first: float | None = None, second: float | None = None,
                  third: float | None = None, fourth: float | None = None, choice: str | None = None,
-                 presenter: bool = False):
-    """Run experiment `name` on the prefill's prompt (the model's lock held meanwhile) with its
-    number parameters (`first` to `fourth`, in its row's order; None: the default) and its menu's
-    `choice` (a name of its menu parameter; None: the default). Returns its figure and its lesson text.
+                 presenter: bool = False, progress: gr.Progress | None = gr.Progress()):
+    """Run experiment `name` on the prefill's prompt with its number parameters (`first` to `fourth`, in
+    its row's order; None: the default) and its menu's `choice` (a name of its menu parameter; None: the
+    default), each pass in its turn on the model (the turns ahead shown on `progress` while one waits);
+    an experiment over the shipped text answers at once with the result kept for the same model and
+    parameters (`explorer.runner.lab.cache`). Returns its figure and its lesson text (with when a kept
+    result was computed).
 
     Raises:
         ExplorerError: no live run, an unknown experiment, a parameter out of its range (hosted mode:
@@ -112,11 +126,23 @@ def on_lab_click(visit: Visit | None, name: str, first: float | None = None, sec
     if menu_param(experiment) is not None:
         values[menu_param(experiment).name] = choice
     params = read_params(experiment.params, values, hosted=visit.limits.lab_caps)
-    from explorer.runner.lab import RUNNERS  # a session ran: the runner is imported
+    from explorer.runner.lab.cache import run_experiment  # a session ran: the runner is imported
+    from explorer.runner.passes import waits_shown
 
-    result = RUNNERS[name](visit.session.loaded, visit.run.steps[0].input_ids, **params)
-    visit.lab = (name, result)
-    return lab_figure(visit, presenter), experiment.lesson(result)
+    with waits_shown(shown_waits(progress, "passes")):
+        computed = run_experiment(name, visit.session.loaded, visit.run.steps[0].input_ids, params)
+    visit.lab = (name, computed.result)
+    return lab_figure(visit, presenter), experiment.lesson(computed.result) + cached_note(computed)
+
+
+def cached_note(computed) -> str:
+    """The line under a kept result's lesson: "cached: computed at 14:05 for this model and these
+    parameters" (the server's clock); nothing for a result computed for this click."""
+    if not computed.cached:
+        return ""
+    prompt = " and this prompt" if computed.reads_prompt else ""
+    return (f"\n\n*cached: computed at {time.strftime('%H:%M', time.localtime(computed.computed_at))} for this model, "
+            f"these parameters{prompt}*")
 
 
 def lab_figure(visit: Visit | None, presenter: bool = False):

@@ -22,16 +22,20 @@ from explorer.ui.views import Visit
 T = TypeVar("T")
 
 
-def waiting_text(ahead: int) -> str:
-    """The status line while a step waits: "Waiting for the model: 3 steps ahead of yours"."""
+def waiting_text(ahead: int, units: str = "steps") -> str:
+    """The status line while a step waits: "Waiting for the model: 3 steps ahead of yours"; an
+    experiment's pass (`units` "passes"): "... 3 turns ahead of this experiment's next pass"."""
+    if units == "passes":
+        return (f"Waiting for the model (every visitor's steps and passes take turns): {ahead} "
+                f"{'turn' if ahead == 1 else 'turns'} ahead of this experiment's next pass")
     return f"Waiting for the model (every visitor's steps take turns): {ahead} step{'s' * (ahead != 1)} ahead of yours"
 
 
-def shown_waits(progress: gr.Progress | None) -> Callable[[int], None] | None:
-    """The `on_wait` of a model turn: the number of steps ahead, on the page's progress line."""
+def shown_waits(progress: gr.Progress | None, units: str = "steps") -> Callable[[int], None] | None:
+    """The `on_wait` of a model turn: the number of turns ahead, on the page's progress line."""
     if progress is None:
         return None
-    return lambda ahead: progress(0.0, desc=waiting_text(ahead))  # Gradio shows a description only with a bar
+    return lambda ahead: progress(0.0, desc=waiting_text(ahead, units))  # Gradio shows a description only with a bar
 
 
 def in_turns(visit: Visit, steps: Iterator[T], count: int, progress: gr.Progress | None) -> Iterator[T]:
