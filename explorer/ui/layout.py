@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import gradio as gr
 
-from explorer.analysis.hardware import hardware_names
+from explorer.analysis.hardware import THIS_MACHINE, get_hardware, hardware_names
 from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
@@ -58,6 +58,7 @@ SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · *
 TITLE = ("**LLM Inference Explorer** · a prompt, its **prefill**, then one **decode** step at a time · "
          "**Lesson** (key **L**): a tour of your run · "
          '<span class="hint">model, sampling, examples, presenter mode: the settings at the left (key **S**)</span>')
+THIS_MACHINE_LABEL = "This machine (measured)"
 AS_RUN = "as run"  # a what-if format that keeps the step's own
 MAX_WHAT_IF_BATCH = 1024  # a change redraws the sampling view's preview
 EXAMPLE_FIELDS = ("prompt", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
@@ -69,15 +70,24 @@ def examples() -> tuple[dict, ...]:
     return tuple(json.loads(asset_text("examples.json")))
 
 
+def hardware_menu() -> list[tuple[str, str]]:
+    """The roofline's machines as (the name shown, the catalogue key): the catalogue's names, then
+    this machine's rates as the start-up probe measured them."""
+    return [(THIS_MACHINE_LABEL if key == THIS_MACHINE else get_hardware(key).name, key) for key in hardware_names()]
+
+
 def launch_options(limits: Limits = LOCAL) -> dict:
     """Keyword arguments for `Blocks.launch`: the stylesheet, the keyboard shortcuts, no SSR (Node
     24+ would be needed), no run history kept in the browser, Gradio's own per-page records
     bounded (about 0.5 MB each; it keeps 10,000 by default), uploads capped at
     `limits.max_upload_bytes` (Gradio stops reading a larger one and deletes what it wrote), and a
-    worker thread for each live session's run waiting its turn on the model besides Gradio's 40."""
+    worker thread for each live session's run waiting its turn on the model besides Gradio's 40.
+    The footer links to the API page and Gradio, not to Gradio's settings, whose Light/Dark choice
+    the app does not follow (its figures are drawn on white; assets/shortcuts.js keeps the page light)."""
     return {"css": asset_text("app.css"),
             "head": asset_text("shortcuts.js"),
-            "ssr_mode": False, "run_history": False, "state_session_capacity": 10 * limits.max_sessions,
+            "ssr_mode": False, "run_history": False, "footer_links": ["api", "gradio"],
+            "state_session_capacity": 10 * limits.max_sessions,
             "max_file_size": limits.max_upload_bytes, "max_threads": GRADIO_THREADS + limits.max_sessions}
 
 
@@ -132,19 +142,17 @@ def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: 
 
 
 def _step_buttons(limits: Limits) -> dict[str, gr.components.Component]:
-    """Prefill, Next token, Reset, Run N tokens and Lesson, beside the prompt."""
-    with gr.Column(scale=2, min_width=420, elem_id="step-buttons"):
-        with gr.Row(elem_classes="button-row"):
-            # enabled by the page's load event once a link's settings are in the controls: a Prefill
-            # clicked before them would run without them
-            prefill = gr.Button("Prefill", variant="primary", elem_id="prefill-btn", min_width=100, interactive=False)
-            decode = gr.Button("Next token", elem_id="decode-btn", min_width=120)
-            reset = gr.Button("Reset", variant="stop", elem_id="reset-btn", min_width=90)
-        with gr.Row(elem_classes="button-row"):
-            count = gr.Number(8, label="N", precision=0, minimum=1, maximum=limits.max_run_tokens,
-                              elem_id="run-count", min_width=110, scale=0)
-            run = gr.Button("Run N tokens", elem_id="run-btn", min_width=140)
-            lesson = gr.Button("Lesson", elem_id="lesson-btn", min_width=90)
+    """Prefill, Next token, Reset, Run N tokens and Lesson: one row beside the prompt."""
+    with gr.Column(scale=5, min_width=640, elem_id="step-buttons"), gr.Row(elem_classes="button-row"):
+        # enabled by the page's load event once a link's settings are in the controls: a Prefill
+        # clicked before them would run without them
+        prefill = gr.Button("Prefill", variant="primary", elem_id="prefill-btn", min_width=90, interactive=False)
+        decode = gr.Button("Next token", elem_id="decode-btn", min_width=110)
+        reset = gr.Button("Reset", variant="stop", elem_id="reset-btn", min_width=70)
+        count = gr.Number(8, label="N", precision=0, minimum=1, maximum=limits.max_run_tokens,
+                          elem_id="run-count", min_width=100, scale=0)
+        run = gr.Button("Run N tokens", elem_id="run-btn", min_width=120)
+        lesson = gr.Button("Lesson", elem_id="lesson-btn", min_width=80)
     return {"prefill_btn": prefill, "decode_btn": decode, "reset_btn": reset, "run_count": count, "run_btn": run,
             "lesson_btn": lesson}
 
@@ -172,7 +180,7 @@ def _prompt_box(app: ServedHandlers) -> gr.Textbox:
     """The prompt (its label says when the start-up model reads no text)."""
     registry = app.served.registry
     return gr.Textbox(examples()[0]["prompt"], label=prompt_label(registry.takes_text(registry.default_choice)),
-                      elem_id="prompt-box", lines=2, max_lines=6, scale=3, min_width=320, render=False,
+                      elem_id="prompt-box", lines=2, max_lines=6, scale=4, min_width=320, render=False,
                       max_length=max_prompt_chars(app.served.limits.max_prompt_tokens))  # typing and pasting stop there
 
 
@@ -207,7 +215,7 @@ def _view_settings(facts: ModelFacts) -> dict[str, gr.components.Component]:
         average = gr.Checkbox(False, label="Attention: average over heads", elem_id="average-heads")
         zoom = gr.Number(None, label=f"Attention: zoom to {ZOOM_TOKENS} tokens from token", precision=0, minimum=0,
                          placeholder="empty: the whole matrix", elem_id="attention-zoom")
-        hardware = gr.Dropdown(hardware_names(), value=facts.hardware, label="Roofline hardware", elem_id="hardware-select")
+        hardware = gr.Dropdown(hardware_menu(), value=facts.hardware, label="Roofline hardware", elem_id="hardware-select")
         sink = gr.Number(DEFAULT_SINK_THRESHOLD, label="Attention: a sink puts a mean weight over this on token 0",
                          minimum=0, maximum=1, step=0.05, elem_id="sink-threshold")
         lens_stat = gr.Radio([(label, key) for key, (label, _) in LENS_STATS.items()], value="top1",
@@ -306,7 +314,7 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[s
             with gr.Row(equal_height=False):  # the controls beside the figure, so its top stays on screen
                 plots["equivalence"] = gr.Plot(empty_figure("equivalence", handlers.EQUIVALENCE_EMPTY),
                                                show_label=False, elem_id="equivalence-plot", scale=4)
-                with gr.Column(scale=1, min_width=200):
+                with gr.Column(scale=1, min_width=200, elem_id="equivalence-controls"):
                     button = gr.Button("Run the experiment on this prompt", variant="primary",
                                        elem_id="equivalence-btn")
                     steps = gr.Number(4, label="greedy steps", precision=0, minimum=1,

@@ -22,7 +22,8 @@ TIMEOUT_MS = 60_000
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 PROMPT = "What is the capital of France?"
 SCREENS = {"1280x720": (1280, 720), "1920x1080": (1920, 1080)}
-MIN_VISIBLE_PX = 300  # of the figure at 1280x720, without scrolling
+MIN_FIGURE_PX = 360  # every figure's least height on screen, whole
+EXPERIMENT_TABS = {"Equivalent ≠ identical": "equivalence", "Lab": "lab"}  # figures drawn for no step
 MIN_CONTRAST = 4.5  # WCAG AA for text
 # the prompt, the step buttons and the run count: on screen with the figure
 STEP_CONTROLS = ("#prompt-box textarea", "#prefill-btn", "#decode-btn", "#run-count input", "#run-btn", "#reset-btn")
@@ -35,6 +36,16 @@ SHOWN_FIGURE = """() => {
   return {view: g.layout.meta.view, step: g.layout.meta.step, top: r.top, bottom: r.bottom, height: r.height,
           scrollY: window.scrollY, innerHeight: window.innerHeight};
 }"""
+# The figure of the selected tab: its plot's and its main svg's boxes on screen.
+FIGURE_BOXES = """() => {
+  const g = [...document.querySelectorAll('#views .js-plotly-plot')].find(e => e.offsetParent !== null);
+  const box = e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; };
+  return {view: g.layout.meta.view, step: g.layout.meta.step, plot: box(g), svg: box(g.querySelector('svg.main-svg')),
+          scrollY: window.scrollY};
+}"""
+# the figure on screen drawn at the width its fit asks (assets/shortcuts.js) and settled
+FITTED = """() => { const g = [...document.querySelectorAll('#views .js-plotly-plot')].find(e => e.offsetParent !== null);
+  return g && g._fullLayout && g.style.transform && Math.abs(g._fullLayout.width - parseFloat(g.style.width)) <= 1; }"""
 RECT = "e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; }"
 # WCAG contrast of an element's text: its colour (with the opacity of it and its ancestors) over the
 # background it is drawn on (the first opaque background up the tree, translucent ones blended on it).
@@ -117,35 +128,74 @@ def test_the_sidebar_holds_the_settings_and_opens_by_key(open_app):
     page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().right <= 0")
 
 
-@pytest.mark.parametrize("screen", SCREENS)
-def test_every_view_is_on_screen_with_the_prompt_and_the_buttons_after_prefill(open_app, screen):
-    width, height = SCREENS[screen]
-    page = open_app(width, height)
-    prefill(page)
-    figure = shown_figure(page, 0)
-    assert figure["view"] == "forward"  # the first tab, shown after Prefill
-    page.screenshot(path=str(ARTIFACTS / f"screen-{screen}.png"))
+def figures_on_screen(page, screen: str, step: int, shots: str | None) -> list[dict]:
+    """Select each tab in turn; assert its figure (the plot and its main svg) is whole inside the window
+    without scrolling, at least MIN_FIGURE_PX tall, with the step controls on screen; a screenshot of each
+    tab if `shots` names them. The views' figures show `step`, the experiments' their own."""
     tabs, measured = page.locator("#views [role='tab']"), []
+    size = page.viewport_size
     for index in range(tabs.count()):
         tab = tabs.nth(index)
         tab.click()
-        # the experiments' tabs show their figure (empty until an experiment runs), drawn for no step
-        experiment = {"Equivalent ≠ identical": "equivalence", "Lab": "lab"}.get(tab.inner_text().strip())
-        figure = shown_view(page, experiment) if experiment else shown_figure(page, 0)
+        experiment = EXPERIMENT_TABS.get(tab.inner_text().strip())
+        (shown_view(page, experiment) if experiment else shown_figure(page, step))
+        page.wait_for_function(FITTED)  # fitted to the window (assets/shortcuts.js)
+        figure = page.evaluate(FIGURE_BOXES)
         measured.append(figure)
-        (ARTIFACTS / f"screen-{screen}.json").write_text(json.dumps(measured, indent=1))
-        assert figure["scrollY"] == 0
+        for box in (figure["plot"], figure["svg"]):
+            assert 0 <= box["top"] and box["bottom"] <= size["height"] and 0 <= box["left"] \
+                and box["right"] <= size["width"], (screen, figure)
+            assert box["bottom"] - box["top"] >= MIN_FIGURE_PX, (screen, figure)
+        assert figure["scrollY"] == 0, figure
         for selector in STEP_CONTROLS:
             assert_wholly_on_screen(page, selector)
-        visible = min(figure["bottom"], height) - max(figure["top"], 0)
-        if screen == "1280x720":
-            assert visible >= MIN_VISIBLE_PX, figure
-        else:
-            assert figure["top"] >= 0 and figure["bottom"] <= height, figure  # the whole figure
+        if shots:
+            page.screenshot(path=str(ARTIFACTS / f"{shots}-{index + 1}-{experiment or figure['view']}.png"))
+    return measured
+
+
+@pytest.mark.parametrize(("screen", "presenter"), [("1280x720", False), ("1280x720", True), ("1920x1080", False),
+                                                   ("1920x1080", True)], ids=["1280x720", "1280x720-presenter",
+                                                                              "1920x1080", "1920x1080-presenter"])
+def test_every_figure_is_whole_on_screen_after_prefill_and_a_step(open_app, screen, presenter):
+    """Figures first: each view's figure and the experiments' are whole in the window, at least 360 px
+    tall, with the prompt and the step buttons, after Prefill and after Next token; a lab experiment's
+    figure and its text too (one page for all the tabs)."""
+    width, height = SCREENS[screen]
+    page = open_app(width, height)
+    name = f"screen-{screen}" + ("-presenter" if presenter else "")
+    if presenter:
+        open_settings(page)
+        page.locator("#presenter-mode input").check()
+        page.wait_for_function("() => document.body.classList.contains('presenter')")
+        page.locator("#settings .toggle-button").click()
+        page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().right <= 0")
+    prefill(page)
+    assert shown_figure(page, 0)["view"] == "forward"  # the first tab, shown after Prefill
+    measured = {"prefill": figures_on_screen(page, screen, 0, name)}
+    page.get_by_role("tab", name="Forward pass", exact=True).click()
+    page.locator("#decode-btn").click()
+    expect(page.locator("#status")).to_contain_text("step 1: 1 token(s) in", timeout=TIMEOUT_MS)
+    measured["step 1"] = figures_on_screen(page, screen, 1, None)
+    (ARTIFACTS / f"{name}.json").write_text(json.dumps(measured, indent=1))
+    if presenter or screen != "1280x720":
+        return
+    # a lab experiment (the menu's first): its figure whole, its text beside it and on screen
+    page.get_by_role("tab", name="Lab", exact=True).click()
+    page.locator("#lab-btn").click()
+    page.wait_for_function("() => (document.querySelector('#lab-plot .js-plotly-plot')?.layout?.meta?.view || '')"
+                           ".startsWith('lab-')", timeout=3 * TIMEOUT_MS)
+    page.wait_for_function(FITTED)
+    figure = page.evaluate(FIGURE_BOXES)
+    assert figure["plot"]["top"] >= 0 and figure["plot"]["bottom"] <= height, figure
+    assert figure["plot"]["bottom"] - figure["plot"]["top"] >= MIN_FIGURE_PX, figure
+    text = page.locator("#lab-controls").evaluate(RECT)
+    assert text["left"] >= figure["plot"]["right"] - 1 and text["bottom"] <= height, (figure, text)
+    page.screenshot(path=str(ARTIFACTS / f"{name}-lab-experiment.png"))
 
 
 def test_a_long_prompt_keeps_the_figure_and_the_chosen_token_in_sight(open_app):
-    """At 1280x720 a prompt of many lines scrolls inside its box (the figure keeps its 300 px), and
+    """At 1280x720 a prompt of many lines scrolls inside its box (the figure stays whole on screen), and
     after each step the token strip, rows of chips taller than it shows, is scrolled to the token
     just chosen."""
     page = open_app(1280, 720)
@@ -155,7 +205,7 @@ def test_a_long_prompt_keeps_the_figure_and_the_chosen_token_in_sight(open_app):
     page.locator("#prefill-btn").click()
     expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
     figure = shown_figure(page, 0)
-    assert min(figure["bottom"], 720) - figure["top"] >= MIN_VISIBLE_PX, figure
+    assert 0 <= figure["top"] and figure["bottom"] <= 720 and figure["height"] >= MIN_FIGURE_PX, figure
     strip = page.locator("#token-strip .token-strip")
     assert strip.evaluate("e => e.scrollHeight > 2 * e.clientHeight")  # rows out of sight, above
     for step in range(1, 5):
