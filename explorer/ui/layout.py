@@ -29,6 +29,7 @@ from explorer.ui.export import remove_leftovers, size_text
 from explorer.ui.handlers import (
     ServedHandlers,
 )
+from explorer.ui.handlers.controls import AS_RUN, MAX_WHAT_IF_BATCH
 from explorer.ui.hosting import LOCAL, EventGate, Limits, Served, queued_events
 from explorer.ui.links import RANGES
 from explorer.ui.live import LEASE_RENEWALS
@@ -59,8 +60,10 @@ TITLE = ("**LLM Inference Explorer** · a prompt, its **prefill**, then one **de
          "**Lesson** (key **L**): a tour of your run · "
          '<span class="hint">model, sampling, examples, presenter mode: the settings at the left (key **S**)</span>')
 THIS_MACHINE_LABEL = "This machine (measured)"
-AS_RUN = "as run"  # a what-if format that keeps the step's own
-MAX_WHAT_IF_BATCH = 1024  # a change redraws the sampling view's preview
+# the what-if counts' menus: a few sizes, and any count typed
+WHAT_IF_COUNTS = {"wi_batch": ("batch B", "what-if-batch", (1, 8, 64, 256, MAX_WHAT_IF_BATCH)),
+                  "wi_context": ("decode n", "what-if-context", (256, 1024, 4096, 8192)),
+                  "wi_tokens": ("prefill T", "what-if-tokens", (128, 512, 2048, 8192))}
 EXAMPLE_FIELDS = ("prompt", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
 
 
@@ -292,7 +295,7 @@ def _lesson_panel() -> dict[str, gr.components.Component]:
             following = gr.Button("Next ▶", elem_id="lesson-next", size="sm", variant="primary")
             close = gr.Button("End lesson", elem_id="lesson-close", size="sm")
     return {"lesson_panel": panel, "lesson_text": text, "lesson_prev": previous, "lesson_next": following,
-            "lesson_close": close, "lesson_page": gr.State(None)}
+            "lesson_close": close, "lesson_page": gr.State(None), "lesson_before": gr.State(None)}
 
 
 def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[str, gr.components.Component]]:
@@ -353,18 +356,14 @@ def _lab_panel() -> tuple[gr.Plot, dict[str, gr.components.Component]]:
 
 def _what_if_controls() -> dict[str, gr.components.Component]:
     """The roofline's what-ifs, by name (`WHAT_IF_FIELDS`), in the settings (the figure keeps the
-    screen): an empty box or "as run" is the step's own."""
+    screen): "as run" is the step's own."""
     formats = [AS_RUN, *DTYPE_BITS]
-    # 0 or an empty box: the step's own (an empty Number box reaches the handler as 0)
-    number = {"precision": 0, "minimum": 0, "min_width": 90, "scale": 1, "placeholder": AS_RUN}
     with gr.Accordion("Roofline what-ifs: batch, context, formats (no model run)", open=True, elem_id="what-if"):
         with gr.Row():
-            controls = {
-                "wi_batch": gr.Number(None, label="batch B", maximum=MAX_WHAT_IF_BATCH, elem_id="what-if-batch",
-                                      **number),
-                "wi_context": gr.Number(None, label="decode n", elem_id="what-if-context", **number),
-                "wi_tokens": gr.Number(None, label="prefill T", elem_id="what-if-tokens", **number),
-            }
+            # menus: "as run" reads as such (an empty number box showed 0); a count may be typed
+            controls = {name: gr.Dropdown([AS_RUN, *map(str, counts)], value=AS_RUN, label=label, elem_id=elem_id,
+                                          allow_custom_value=True, min_width=90, scale=1)
+                        for name, (label, elem_id, counts) in WHAT_IF_COUNTS.items()}
         with gr.Row():
             for name, label in (("weights", "weights"), ("activations", "activations"), ("kv", "KV cache")):
                 controls[f"wi_{name}"] = gr.Dropdown(formats, value=AS_RUN, label=label, elem_id=f"what-if-{name}",
