@@ -305,7 +305,8 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[s
     its button runs the model); returns the tabs and the plots by view (and "equivalence"), and the
     experiment's steps box and button."""
     tabs, plots = {}, {}
-    with gr.Tabs(elem_id="views") as container:
+    # the names wrap onto a second row where a narrow page has no room for them (not into a menu)
+    with gr.Tabs(elem_id="views", overflow_behavior="wrap") as container:
         for view in VIEWS:
             with gr.Tab(VIEW_TITLES[view], id=view, elem_id=f"tab-{view}") as tabs[view]:
                 full_screen = gr.Button("Full screen", size="sm")

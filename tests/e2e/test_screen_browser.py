@@ -1,7 +1,9 @@
-"""The page on one screen, in headless Chromium on the embedded model: after Prefill the figure of the
-view on screen is in sight with the prompt and the step buttons (1280x720 and 1920x1080), presenter
-mode enlarges the whole page and still shows the figure's top, the page keeps its light theme with
-readable text when the system or the address asks for dark, the full-screen button fills the screen
+"""The page on one screen, in headless Chromium on the embedded model: after Prefill and a step the
+figure of every view and experiment is whole on screen with the prompt and the step buttons (1280x720
+and 1920x1080, presenter mode too), presenter mode enlarges the whole page, the settings leave every tab
+name in the row, the token strip says when the prompt's start is above it, the page keeps its light
+theme with readable text when the system or the address asks for dark (and offers no dark switch), the
+full-screen button fills the screen
 with the figure, a zoom survives the next step, and a long prompt leaves the figure and the token just
 chosen in sight.
 
@@ -123,6 +125,11 @@ def test_the_sidebar_holds_the_settings_and_opens_by_key(open_app):
     page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().left >= 0")
     page.wait_for_timeout(400)  # kept: the slide's transition
     assert_wholly_on_screen(page, "#model-select")
+    # every tab name (the Lab's too) in the one row of the tab bar, none under the full-screen button
+    tabs = page.locator("#views [role='tab']").evaluate_all(f"tabs => tabs.map({RECT})")
+    button = page.locator("#forward-plot .custom-button").evaluate(RECT)
+    assert len(tabs) == 9 and all(abs(tab["top"] - tabs[0]["top"]) < 2 for tab in tabs), tabs
+    assert tabs[-1]["right"] <= button["left"] and page.locator("#views .overflow-dropdown:not(.hide)").count() == 0, (tabs, button)
     page.screenshot(path=str(ARTIFACTS / "screen-1280x720-settings.png"))
     page.keyboard.press("s")
     page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().right <= 0")
@@ -218,6 +225,24 @@ def test_a_long_prompt_keeps_the_figure_and_the_chosen_token_in_sight(open_app):
     page.screenshot(path=str(ARTIFACTS / "screen-1280x720-long-prompt.png"))
 
 
+def test_the_token_strip_says_when_the_prompts_start_is_scrolled_above(open_app):
+    """After Prefill the strip is scrolled to the token chosen; the legend under it then counts the
+    tokens above its top, until the strip is scrolled back to the prompt's start."""
+    page = open_app(1280, 720)
+    prefill(page)
+    strip, hint = page.locator("#token-strip"), "e => getComputedStyle(e, '::after').content"
+    page.wait_for_function("() => Number(document.querySelector('#token-strip').dataset.above) > 0")
+    box = page.locator("#token-strip .token-strip")
+    above = box.evaluate("e => [...e.children].filter(c => c.getBoundingClientRect().bottom <= "
+                         "e.getBoundingClientRect().top + 1).length")
+    assert above > 0 and strip.get_attribute("data-above") == str(above)
+    assert "earlier tokens above: scroll the strip" in page.locator("#token-strip .legend").evaluate(hint)
+    page.screenshot(path=str(ARTIFACTS / "screen-1280x720-strip-hint.png"))
+    box.evaluate("e => { e.scrollTop = 0; }")
+    page.wait_for_function("() => document.querySelector('#token-strip').dataset.above === '0'")
+    assert page.locator("#token-strip .legend").evaluate(hint) == "none"
+
+
 def font_sizes(page) -> dict[str, float]:
     selectors = {"button": "#prefill-btn", "tab": "#views [role='tab']", "chip": "#token-strip .tok .piece",
                  "status": "#status", "prompt": "#prompt-box textarea", "label": "#prompt-box [data-testid='block-info']",
@@ -271,6 +296,9 @@ def test_the_page_keeps_its_light_theme_with_readable_text_when_dark_is_asked(op
     expect(page.locator("#status")).to_contain_text("step 1: 1 token(s) in", timeout=TIMEOUT_MS)
     shown_figure(page, 1)
     assert not page.evaluate("() => document.body.classList.contains('dark')")
+    # and no switch to a dark theme is offered (Gradio's settings in the footer are not linked)
+    expect(page.locator("footer")).to_contain_text("Built with Gradio")
+    assert "Settings" not in page.locator("footer").inner_text() and page.get_by_text("Dark", exact=True).count() == 0
     if dark == "system":  # the system's scheme changes while the page is open: still light
         page.emulate_media(color_scheme="light")
         page.emulate_media(color_scheme="dark")
@@ -315,19 +343,24 @@ def test_the_full_screen_button_fills_the_screen_with_the_views_through_a_step(o
                            ".getBoundingClientRect().height - h) < 2", arg=own_height)
 
 
-def test_full_screen_squeezes_a_tall_presenter_diagram_no_further_than_its_text_allows(open_app):
+def test_full_screen_scales_a_tall_presenter_diagram_whole_keeping_its_layout(open_app):
+    """A presenter-mode diagram is taller than the screen: it is drawn at its own height (its labels
+    laid out for it, not squeezed into each other) and scaled to the page, then to the full screen."""
     page = open_app(1280, 720)
     prefill(page)
     page.locator("#settings .toggle-button").click()
     page.locator("#presenter-mode input").check()
     page.locator("#settings .toggle-button").click()
-    height = "() => document.querySelector('#forward-plot .js-plotly-plot')._fullLayout.height"
-    page.wait_for_function(f"() => ({height})() > 720")  # redrawn in presenter style: taller than the screen
-    own_height = page.evaluate(height)
+    plot = "document.querySelector('#forward-plot .js-plotly-plot')"
+    page.wait_for_function(f"() => {plot}.layout.font.size >= 18")  # redrawn in presenter style
+    own = page.evaluate(f"() => Number({plot}.dataset.ownHeight)")
+    assert own > 720
+    whole = f"""() => {{ const g = {plot}, r = g.getBoundingClientRect();
+      return g._fullLayout.height === {own} && r.top >= 0 && r.bottom <= innerHeight && r.bottom >= innerHeight - 40; }}"""
+    page.wait_for_function(whole)
     page.locator("#forward-plot").get_by_role("button", name="Full screen").click()
     page.wait_for_function("() => document.fullscreenElement && document.fullscreenElement.id === 'views'")
-    # squeezed to MIN_FIT_RATIO (0.9) of its own height, not to the screen's: the view scrolls for the rest
-    page.wait_for_function(f"h => Math.abs(({height})() - 0.9 * h) <= 1", arg=own_height)
+    page.wait_for_function(whole)
     page.screenshot(path=str(ARTIFACTS / "screen-1280x720-presenter-fullscreen.png"))
 
 

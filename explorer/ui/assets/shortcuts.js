@@ -221,7 +221,9 @@ function watchPlotly(plotly) {
 })();
 
 // The token strip keeps the step shown in sight: its height is capped, so it scrolls to the step's
-// last token (and the chosen token after it).
+// last token (and the chosen token after it). The tokens then above its top (the prompt's start) are
+// counted in its block's data-above attribute and --tokens-above, and the legend under it says so
+// (app.css), until the strip is scrolled back up.
 function revealIn(box, chip) {
   if (!chip) return;
   const outer = box.getBoundingClientRect();
@@ -229,6 +231,20 @@ function revealIn(box, chip) {
   if (inner.bottom > outer.bottom) box.scrollTop += inner.bottom - outer.bottom + 4;
   else if (inner.top < outer.top) box.scrollTop -= outer.top - inner.top + 4;
 }
+function countAbove(box) {
+  const top = box.getBoundingClientRect().top;
+  let above = 0;
+  for (const chip of box.children) {
+    if (chip.getBoundingClientRect().bottom > top + 1) break;
+    above += 1;
+  }
+  const strip = box.closest("#token-strip");
+  strip.dataset.above = String(above);
+  strip.style.setProperty("--tokens-above", String(above));
+}
+document.addEventListener("scroll", (event) => {
+  if (event.target instanceof Element && event.target.matches("#token-strip .token-strip")) countAbove(event.target);
+}, true);
 function revealStep() {
   const box = document.querySelector("#token-strip .token-strip");
   if (!box) return;
@@ -236,6 +252,7 @@ function revealStep() {
   const last = shown[shown.length - 1];
   revealIn(box, last && last.nextElementSibling && last.nextElementSibling.matches(".tok.next") ? last.nextElementSibling : last);
   if (shown.length) revealIn(box, last);
+  countAbove(box);
 }
 whenReady(() => {
   const watchStrip = () => {
