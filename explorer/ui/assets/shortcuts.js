@@ -239,6 +239,7 @@ function countAbove(box) {
     above += 1;
   }
   const strip = box.closest("#token-strip");
+  if (strip.dataset.above === String(above)) return;
   strip.dataset.above = String(above);
   strip.style.setProperty("--tokens-above", String(above));
 }
@@ -262,8 +263,9 @@ whenReady(() => {
     // MAX_CHIPS changes its chips' text and class and adds none): every kind of change is watched, and
     // the step is revealed once the frame's changes are all in, not from a half-patched strip
     let pending = false;
-    new MutationObserver(() => {
-      if (pending) return;
+    new MutationObserver((records) => {
+      // the count of tokens above, set on the strip's own block, is no change of the strip's
+      if (pending || records.every((record) => record.type === "attributes" && record.target === strip)) return;
       pending = true;
       requestAnimationFrame(() => { pending = false; revealStep(); });
     }).observe(strip, { childList: true, subtree: true, attributes: true, characterData: true });
