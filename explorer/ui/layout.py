@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import gradio as gr
 from starlette.middleware import Middleware
 
-from explorer.analysis.hardware import hardware_names
+from explorer.analysis.hardware import THIS_MACHINE, get_hardware, hardware_names
 from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
@@ -30,6 +30,7 @@ from explorer.ui.export import remove_leftovers, size_text
 from explorer.ui.handlers import (
     ServedHandlers,
 )
+from explorer.ui.handlers.controls import AS_RUN, MAX_WHAT_IF_BATCH
 from explorer.ui.hosting import LOCAL, EventGate, Limits, Served, page_state_dropper, queued_events
 from explorer.ui.links import RANGES
 from explorer.ui.live import LEASE_RENEWALS
@@ -60,8 +61,11 @@ SHORTCUTS = ("Keys (outside text fields): **N** next token · **P** prefill · *
 TITLE = ("**LLM Inference Explorer** · a prompt, its **prefill**, then one **decode** step at a time · "
          "**Lesson** (key **L**): a tour of your run · "
          '<span class="hint">model, sampling, examples, presenter mode: the settings at the left (key **S**)</span>')
-AS_RUN = "as run"  # a what-if format that keeps the step's own
-MAX_WHAT_IF_BATCH = 1024  # a change redraws the sampling view's preview
+THIS_MACHINE_LABEL = "This machine (measured)"
+# the what-if counts' menus: a few sizes, and any count typed
+WHAT_IF_COUNTS = {"wi_batch": ("batch B", "what-if-batch", (1, 8, 64, 256, MAX_WHAT_IF_BATCH)),
+                  "wi_context": ("decode n", "what-if-context", (256, 1024, 4096, 8192)),
+                  "wi_tokens": ("prefill T", "what-if-tokens", (128, 512, 2048, 8192))}
 EXAMPLE_FIELDS = ("prompt", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
 
 
@@ -71,16 +75,25 @@ def examples() -> tuple[dict, ...]:
     return tuple(json.loads(asset_text("examples.json")))
 
 
+def hardware_menu() -> list[tuple[str, str]]:
+    """The roofline's machines as (the name shown, the catalogue key): the catalogue's names, then
+    this machine's rates as the start-up probe measured them."""
+    return [(THIS_MACHINE_LABEL if key == THIS_MACHINE else get_hardware(key).name, key) for key in hardware_names()]
+
+
 def launch_options(limits: Limits = LOCAL) -> dict:
     """Keyword arguments for `Blocks.launch`: the stylesheet, the keyboard shortcuts, no SSR (Node
     24+ would be needed), no run history kept in the browser, Gradio's own per-page records
     bounded (about 0.5 MB each; it keeps 10,000 by default), uploads capped at
     `limits.max_upload_bytes` (Gradio stops reading a larger one and deletes what it wrote), and a
     worker thread for each live session's run waiting its turn on the model besides Gradio's 40; in a
-    hosted app, the bytes one address holds in uploads bounded as they arrive (`UploadBudget`)."""
+    hosted app, the bytes one address holds in uploads bounded as they arrive (`UploadBudget`).
+    The footer links to the API page and Gradio, not to Gradio's settings, whose Light/Dark choice
+    the app does not follow (its figures are drawn on white; assets/shortcuts.js keeps the page light)."""
     options = {"css": asset_text("app.css"),
                "head": asset_text("shortcuts.js"),
-               "ssr_mode": False, "run_history": False, "state_session_capacity": 10 * limits.max_sessions,
+               "ssr_mode": False, "run_history": False, "footer_links": ["api", "gradio"],
+               "state_session_capacity": 10 * limits.max_sessions,
                "max_file_size": limits.max_upload_bytes, "max_threads": GRADIO_THREADS + limits.max_sessions}
     if limits.max_upload_bytes_per_address is not None:
         budget = Middleware(UploadBudget, most_bytes=limits.max_upload_bytes_per_address, proxy_hops=limits.proxy_hops)
@@ -140,19 +153,17 @@ def build_demo(loaded: LoadedModel | PendingModel, device: str = "cpu", limits: 
 
 
 def _step_buttons(limits: Limits) -> dict[str, gr.components.Component]:
-    """Prefill, Next token, Reset, Run N tokens and Lesson, beside the prompt."""
-    with gr.Column(scale=2, min_width=420, elem_id="step-buttons"):
-        with gr.Row(elem_classes="button-row"):
-            # enabled by the page's load event once a link's settings are in the controls: a Prefill
-            # clicked before them would run without them
-            prefill = gr.Button("Prefill", variant="primary", elem_id="prefill-btn", min_width=100, interactive=False)
-            decode = gr.Button("Next token", elem_id="decode-btn", min_width=120)
-            reset = gr.Button("Reset", variant="stop", elem_id="reset-btn", min_width=90)
-        with gr.Row(elem_classes="button-row"):
-            count = gr.Number(8, label="N", precision=0, minimum=1, maximum=limits.max_run_tokens,
-                              elem_id="run-count", min_width=110, scale=0)
-            run = gr.Button("Run N tokens", elem_id="run-btn", min_width=140)
-            lesson = gr.Button("Lesson", elem_id="lesson-btn", min_width=90)
+    """Prefill, Next token, Reset, Run N tokens and Lesson: one row beside the prompt."""
+    with gr.Column(scale=5, min_width=640, elem_id="step-buttons"), gr.Row(elem_classes="button-row"):
+        # enabled by the page's load event once a link's settings are in the controls: a Prefill
+        # clicked before them would run without them
+        prefill = gr.Button("Prefill", variant="primary", elem_id="prefill-btn", min_width=90, interactive=False)
+        decode = gr.Button("Next token", elem_id="decode-btn", min_width=110)
+        reset = gr.Button("Reset", variant="stop", elem_id="reset-btn", min_width=70)
+        count = gr.Number(8, label="N", precision=0, minimum=1, maximum=limits.max_run_tokens,
+                          elem_id="run-count", min_width=100, scale=0)
+        run = gr.Button("Run N tokens", elem_id="run-btn", min_width=120)
+        lesson = gr.Button("Lesson", elem_id="lesson-btn", min_width=80)
     return {"prefill_btn": prefill, "decode_btn": decode, "reset_btn": reset, "run_count": count, "run_btn": run,
             "lesson_btn": lesson}
 
@@ -180,7 +191,7 @@ def _prompt_box(app: ServedHandlers) -> gr.Textbox:
     """The prompt (its label says when the start-up model reads no text)."""
     registry = app.served.registry
     return gr.Textbox(examples()[0]["prompt"], label=prompt_label(registry.takes_text(registry.default_choice)),
-                      elem_id="prompt-box", lines=2, max_lines=6, scale=3, min_width=320, render=False,
+                      elem_id="prompt-box", lines=2, max_lines=6, scale=4, min_width=320, render=False,
                       max_length=max_prompt_chars(app.served.limits.max_prompt_tokens))  # typing and pasting stop there
 
 
@@ -215,7 +226,7 @@ def _view_settings(facts: ModelFacts) -> dict[str, gr.components.Component]:
         average = gr.Checkbox(False, label="Attention: average over heads", elem_id="average-heads")
         zoom = gr.Number(None, label=f"Attention: zoom to {ZOOM_TOKENS} tokens from token", precision=0, minimum=0,
                          placeholder="empty: the whole matrix", elem_id="attention-zoom")
-        hardware = gr.Dropdown(hardware_names(), value=facts.hardware, label="Roofline hardware", elem_id="hardware-select")
+        hardware = gr.Dropdown(hardware_menu(), value=facts.hardware, label="Roofline hardware", elem_id="hardware-select")
         sink = gr.Number(DEFAULT_SINK_THRESHOLD, label="Attention: a sink puts a mean weight over this on token 0",
                          minimum=0, maximum=1, step=0.05, elem_id="sink-threshold")
         lens_stat = gr.Radio([(label, key) for key, (label, _) in LENS_STATS.items()], value="top1",
@@ -292,7 +303,7 @@ def _lesson_panel() -> dict[str, gr.components.Component]:
             following = gr.Button("Next ▶", elem_id="lesson-next", size="sm", variant="primary")
             close = gr.Button("End lesson", elem_id="lesson-close", size="sm")
     return {"lesson_panel": panel, "lesson_text": text, "lesson_prev": previous, "lesson_next": following,
-            "lesson_close": close, "lesson_page": gr.State(None)}
+            "lesson_close": close, "lesson_page": gr.State(None), "lesson_before": gr.State(None)}
 
 
 def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[str, gr.components.Component]]:
@@ -302,7 +313,8 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[s
     its button runs the model); returns the tabs and the plots by view (and "equivalence"), and the
     experiment's steps box and button."""
     tabs, plots = {}, {}
-    with gr.Tabs(elem_id="views") as container:
+    # the names wrap onto a second row where a narrow page has no room for them (not into a menu)
+    with gr.Tabs(elem_id="views", overflow_behavior="wrap") as container:
         for view in VIEWS:
             with gr.Tab(VIEW_TITLES[view], id=view, elem_id=f"tab-{view}") as tabs[view]:
                 full_screen = gr.Button("Full screen", size="sm")
@@ -314,7 +326,7 @@ def _view_tabs() -> tuple[gr.Tabs, dict[str, gr.Tab], dict[str, gr.Plot], dict[s
             with gr.Row(equal_height=False):  # the controls beside the figure, so its top stays on screen
                 plots["equivalence"] = gr.Plot(empty_figure("equivalence", handlers.EQUIVALENCE_EMPTY),
                                                show_label=False, elem_id="equivalence-plot", scale=4)
-                with gr.Column(scale=1, min_width=200):
+                with gr.Column(scale=1, min_width=200, elem_id="equivalence-controls"):
                     button = gr.Button("Run the experiment on this prompt", variant="primary",
                                        elem_id="equivalence-btn")
                     steps = gr.Number(4, label="greedy steps", precision=0, minimum=1,
@@ -353,18 +365,14 @@ def _lab_panel() -> tuple[gr.Plot, dict[str, gr.components.Component]]:
 
 def _what_if_controls() -> dict[str, gr.components.Component]:
     """The roofline's what-ifs, by name (`WHAT_IF_FIELDS`), in the settings (the figure keeps the
-    screen): an empty box or "as run" is the step's own."""
+    screen): "as run" is the step's own."""
     formats = [AS_RUN, *DTYPE_BITS]
-    # 0 or an empty box: the step's own (an empty Number box reaches the handler as 0)
-    number = {"precision": 0, "minimum": 0, "min_width": 90, "scale": 1, "placeholder": AS_RUN}
     with gr.Accordion("Roofline what-ifs: batch, context, formats (no model run)", open=True, elem_id="what-if"):
         with gr.Row():
-            controls = {
-                "wi_batch": gr.Number(None, label="batch B", maximum=MAX_WHAT_IF_BATCH, elem_id="what-if-batch",
-                                      **number),
-                "wi_context": gr.Number(None, label="decode n", elem_id="what-if-context", **number),
-                "wi_tokens": gr.Number(None, label="prefill T", elem_id="what-if-tokens", **number),
-            }
+            # menus: "as run" reads as such (an empty number box showed 0); a count may be typed
+            controls = {name: gr.Dropdown([AS_RUN, *map(str, counts)], value=AS_RUN, label=label, elem_id=elem_id,
+                                          allow_custom_value=True, min_width=90, scale=1)
+                        for name, (label, elem_id, counts) in WHAT_IF_COUNTS.items()}
         with gr.Row():
             for name, label in (("weights", "weights"), ("activations", "activations"), ("kv", "KV cache")):
                 controls[f"wi_{name}"] = gr.Dropdown(formats, value=AS_RUN, label=label, elem_id=f"what-if-{name}",

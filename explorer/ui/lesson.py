@@ -1,14 +1,15 @@
 """The guided lesson in the app: a page at a time over the page's own run (`explorer.lesson`).
 
 Each page sets the app state it speaks of (its view's tab, the layer, the latest step, the
-roofline's what-if batch) and draws that view, so the sentences and the figure on screen agree. A
+roofline's what-if batch) and draws that view, so the sentences and the figure on screen agree; the
+end of the lesson puts back the tab, the layer and the what-if it found (`BeforeLesson`). A
 run with only its prefill gets one decode step first, with the sampling settings on the page (the
 lesson says so): the lesson drives the real run, it does not show a canned one.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import gradio as gr
 
@@ -17,14 +18,31 @@ from explorer.errors import ExplorerError, SessionStateError
 from explorer.figures.theme import empty_figure, plain_label
 from explorer.lesson import PAGES, LessonInputs, LessonPage, page_layer, page_text
 from explorer.runner.drive import decode_steps
-from explorer.ui.handlers.controls import SamplingControls, ViewControls, split_controls
-from explorer.ui.handlers.outputs import latest_step
+from explorer.ui.handlers.controls import AS_RUN, SamplingControls, ViewControls, split_controls
+from explorer.figures.views import VIEWS
+from explorer.ui.handlers.outputs import STEP_OUTPUT_NAMES, latest_step
 from explorer.ui.toasts import shows_errors
 from explorer.ui.views import Visit, every_layer_sinks, roofline_machine
 
 # After the step outputs: the lesson's panel, its text, its page index, the view tabs, the view on
-# screen, the roofline's what-if and its batch box.
-LESSON_OUTPUTS = ("lesson_panel", "lesson_text", "lesson_page", "tabs_selected", "shown", "what_if", "wi_batch")
+# screen, the roofline's what-if, its batch menu, and what the lesson found when it opened.
+LESSON_OUTPUTS = ("lesson_panel", "lesson_text", "lesson_page", "tabs_selected", "shown", "what_if", "wi_batch",
+                  "lesson_before")
+
+
+@dataclass(frozen=True)
+class BeforeLesson:
+    """What the lesson's pages change, as it was when the lesson opened: put back when it ends.
+
+    Attributes:
+        shown: the view whose tab was selected (a view, or an experiment's tab).
+        layer: the layer shown.
+        what_if: the roofline's what-if (None: as run).
+    """
+
+    shown: str
+    layer: float
+    what_if: Scenario | None
 
 
 def on_lesson_move(delta: int):
@@ -32,28 +50,40 @@ def on_lesson_move(delta: int):
     it was on) button: go to that page, set up its app state and draw its view."""
 
     @shows_errors
-    def move(visit: Visit | None, index: int | None, *controls):
+    def move(visit: Visit | None, index: int | None, before: BeforeLesson | None, *controls):
         """`controls`: the sampling controls, then the view controls' layer, heads averaged, machine,
-        view on screen, presenter mode and zoom (the page sets the layer, the view and the what-if)."""
+        view on screen, presenter mode and zoom (the page sets the layer, the view and the what-if);
+        `before`: what the open lesson found (None while it is closed: taken now)."""
         sampling, view = split_controls(controls)
         if visit is None or not visit.open:
             raise SessionStateError("The lesson speaks of your own run: type a prompt (or keep the example), "
                                     "press Prefill, then open the lesson.")
+        found = BeforeLesson(view.shown, view.layer, view.what_if) if index is None or before is None else before
         index = 0 if index is None else max(0, min(index + delta, len(PAGES) - 1))
         ran = _ensure_decode_step(visit, sampling)
-        return lesson_outputs(visit, index, view, ran)
+        return (*lesson_outputs(visit, index, view, ran), found)
 
     return move
 
 
-def on_lesson_close():
-    """End the lesson: its panel hidden (the app stays where the lesson left it)."""
-    return gr.update(visible=False), None
+@shows_errors
+def on_lesson_close(visit: Visit | None, before: BeforeLesson | None, *controls):
+    """End the lesson: its panel hidden, and the tab, the layer and the roofline's what-if it found
+    put back (that view drawn at the latest step); `controls` as `on_lesson_move`'s. Returns the step
+    outputs, then `LESSON_OUTPUTS`."""
+    _, view = split_controls(controls)
+    if before is None or visit is None or not visit.open:  # nothing to put back, or no run to draw
+        return (*(gr.skip() for _ in (*STEP_OUTPUT_NAMES, *VIEWS)), gr.update(visible=False), gr.skip(), None,
+                *(gr.skip() for _ in range(4)), None)
+    what_if = before.what_if or Scenario()
+    outputs = latest_step(visit, replace(view, shown=before.shown, layer=before.layer, what_if=what_if))
+    return (*outputs.values(), gr.update(visible=False), gr.skip(), None, gr.update(selected=before.shown),
+            before.shown, what_if, str(what_if.batch) if what_if.batch else AS_RUN, None)
 
 
 def lesson_outputs(visit: Visit, index: int, view: ViewControls, ran: bool = False) -> tuple:
     """The step outputs with page `index`'s view drawn (its layer, view and what-if in place of
-    `view`'s), then `LESSON_OUTPUTS`."""
+    `view`'s), then `LESSON_OUTPUTS` but the last."""
     page = PAGES[index]
     run = visit.run
     n_layers = len(run.steps[0].kv)
@@ -73,7 +103,7 @@ def lesson_outputs(visit: Visit, index: int, view: ViewControls, ran: bool = Fal
         outputs = latest_step(visit, replace(view, shown=""))
         outputs.views = {page.view: empty_figure(page.view, plain_label(str(exc)))}
     # a roofline page sets the what-if it speaks of (and its batch box, so the settings say so)
-    what_if = (scenario, page.batch) if page.view == "roofline" else (gr.skip(), gr.skip())
+    what_if = (scenario, str(page.batch)) if page.view == "roofline" else (gr.skip(), gr.skip())
     return (*outputs.values(), gr.update(visible=True), _page_markdown(page, index, text, ran), index,
             gr.update(selected=page.view), page.view, *what_if)
 

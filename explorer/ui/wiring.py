@@ -175,13 +175,14 @@ def _wire_lecture(c: dict, app: ServedHandlers, demo: gr.Blocks) -> None:
 
 def _wire_lesson(c: dict, app: ServedHandlers) -> None:
     """The lesson's buttons: each page may run a decode step (the model queue) and draws its view."""
-    inputs = [c["visit"], c["lesson_page"], *named(c, SAMPLING_FIELDS), *named(c, VIEW_INPUTS)]
+    inputs = [c["visit"], c["lesson_page"], c["lesson_before"], *named(c, SAMPLING_FIELDS), *named(c, VIEW_INPUTS)]
     outputs = [*_step_outputs(c), *named(c, lesson.LESSON_OUTPUTS)]
     for button, delta in ((c["lesson_btn"], 0), (c["lesson_prev"], -1), (c["lesson_next"], 1)):
         button.click(lesson.on_lesson_move(delta), inputs, outputs, concurrency_id=MODEL_QUEUE,
                      validator=app.validate_step, show_progress="minimal", api_visibility="private")
-    c["lesson_close"].click(lesson.on_lesson_close, None, named(c, ("lesson_panel", "lesson_page")), queue=False,
-                            api_visibility="private", show_progress="hidden")
+    # its end puts back what it changed and draws that view (which may recompute attention: the model queue)
+    c["lesson_close"].click(lesson.on_lesson_close, [c["visit"], *inputs[2:]], outputs, concurrency_id=MODEL_QUEUE,
+                            validator=app.validate_model_event, show_progress="hidden", api_visibility="private")
 
 
 def _wire_model_ready(c: dict, demo: gr.Blocks, pending: PendingModel) -> None:

@@ -27,9 +27,10 @@ READ_FORWARD = """() => {
   const trace = name => g.data.find(t => t.name === name);
   const nodes = trace('nodes'), labels = trace('labels');
   const xa = g._fullLayout.xaxis, ya = g._fullLayout.yaxis, box = g.getBoundingClientRect();
+  const scale = box.width / g._fullLayout.width;  // the figure is scaled to fit the page (assets/shortcuts.js)
   const at = {};
   (nodes ? nodes.customdata : []).forEach((key, i) => {
-    at[key] = [box.left + xa._offset + xa.l2p(nodes.x[i]), box.top + ya._offset + ya.l2p(nodes.y[i])];
+    at[key] = [box.left + scale * (xa._offset + xa.l2p(nodes.x[i])), box.top + scale * (ya._offset + ya.l2p(nodes.y[i]))];
   });
   return {step: g.layout.meta.step, names: g.data.map(t => t.name), at,
           labels: labels ? Object.fromEntries(labels.customdata.map((k, i) => [k, labels.text[i]])) : {},
@@ -105,11 +106,11 @@ def test_presenter_mode_draws_the_same_diagram_larger(open_app):
                           ".map(t => parseFloat(getComputedStyle(t).fontSize)).filter(Boolean)")
     assert max(sizes) >= 20  # the title, 1.5 times larger
     page.locator("body").click(position={"x": 1200, "y": 8})
-    page.keyboard.press("s")  # the settings open beside it: the diagram keeps its width and scrolls
+    page.keyboard.press("s")  # the settings open beside it: the diagram is drawn as wide, scaled to its place
     page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().left >= 0")
-    width, box = page.locator("#forward-plot .js-plotly-plot").evaluate(
-        "g => [g.getBoundingClientRect().width, g.parentElement.closest('#forward-plot').clientWidth]")
-    assert width >= 1220 and box < width
+    page.wait_for_function("() => { const g = document.querySelector('#forward-plot .js-plotly-plot');"
+                           "return g._fullLayout.width >= 1220 && g.getBoundingClientRect().right"
+                           " <= g.closest('#forward-plot').getBoundingClientRect().right + 1; }")
 
 
 @pytest.mark.parametrize("mode", ["normal", "presenter"])

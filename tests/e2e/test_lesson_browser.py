@@ -55,16 +55,22 @@ def test_the_lesson_turns_its_pages_by_key_each_with_its_view_drawn(open_app):
         page.wait_for_function(DRAWN, arg=[PLOTS[lesson_page.view], None if experiment else 1], timeout=TIMEOUT_MS)
         tab = page.get_by_role("tab", name=TAB_NAMES[lesson_page.view], exact=True)
         expect(tab).to_have_attribute("aria-selected", "true")
-        figure_top = page.locator("#equivalence-btn" if experiment else f"#{PLOTS[lesson_page.view]}").bounding_box()["y"]
-        assert figure_top < 720 - 250, (lesson_page.key, figure_top)  # the figure starts on the screen
+        # the page's text and its figure on the one screen, the figure whole
+        figure = page.locator(f"#{PLOTS[lesson_page.view]} .js-plotly-plot").bounding_box()
+        text = page.locator("#lesson-text").bounding_box()
+        assert figure["y"] >= 0 and figure["y"] + figure["height"] <= 720 and figure["height"] >= 360, \
+            (lesson_page.key, figure)
+        assert text["y"] >= 0 and text["y"] + text["height"] <= figure["y"], (lesson_page.key, text, figure)
         page.screenshot(path=str(ARTIFACTS / f"lesson-{index + 1}-{lesson_page.key}.png"))
         page.keyboard.press("ArrowRight")
     expect(page.locator("#status")).to_contain_text("step 1: 1 token(s) in")  # the lesson ran step 1
     page.keyboard.press("ArrowLeft")
     expect(page.locator("#lesson-text")).to_contain_text(f"Lesson {len(PAGES) - 1} of")
-    page.keyboard.press("l")  # ends it: the prompt comes back
+    page.keyboard.press("l")  # ends it: the prompt comes back, and what the lesson changed is put back
     expect(page.locator("#lesson")).to_have_count(0)
     expect(page.locator("#prompt-box textarea")).to_be_visible()
+    expect(page.locator("#what-if-batch input")).to_have_value("as run", timeout=TIMEOUT_MS)  # not its B = 64
+    expect(page.get_by_role("tab", name="Forward pass", exact=True)).to_have_attribute("aria-selected", "true")
 
 
 def test_next_token_at_an_earlier_step_asks_and_continues_from_it(open_app):

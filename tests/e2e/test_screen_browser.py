@@ -1,7 +1,9 @@
-"""The page on one screen, in headless Chromium on the embedded model: after Prefill the figure of the
-view on screen is in sight with the prompt and the step buttons (1280x720 and 1920x1080), presenter
-mode enlarges the whole page and still shows the figure's top, the page keeps its light theme with
-readable text when the system or the address asks for dark, the full-screen button fills the screen
+"""The page on one screen, in headless Chromium on the embedded model: after Prefill and a step the
+figure of every view and experiment is whole on screen with the prompt and the step buttons (1280x720
+and 1920x1080, presenter mode too), presenter mode enlarges the whole page, the settings leave every tab
+name in the row, the token strip says when the prompt's start is above it, the page keeps its light
+theme with readable text when the system or the address asks for dark (and offers no dark switch), the
+full-screen button fills the screen
 with the figure, a zoom survives the next step, and a long prompt leaves the figure and the token just
 chosen in sight.
 
@@ -22,7 +24,8 @@ TIMEOUT_MS = 60_000
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 PROMPT = "What is the capital of France?"
 SCREENS = {"1280x720": (1280, 720), "1920x1080": (1920, 1080)}
-MIN_VISIBLE_PX = 300  # of the figure at 1280x720, without scrolling
+MIN_FIGURE_PX = 360  # every figure's least height on screen, whole
+EXPERIMENT_TABS = {"Equivalent ≠ identical": "equivalence", "Lab": "lab"}  # figures drawn for no step
 MIN_CONTRAST = 4.5  # WCAG AA for text
 # the prompt, the step buttons and the run count: on screen with the figure
 STEP_CONTROLS = ("#prompt-box textarea", "#prefill-btn", "#decode-btn", "#run-count input", "#run-btn", "#reset-btn")
@@ -35,6 +38,16 @@ SHOWN_FIGURE = """() => {
   return {view: g.layout.meta.view, step: g.layout.meta.step, top: r.top, bottom: r.bottom, height: r.height,
           scrollY: window.scrollY, innerHeight: window.innerHeight};
 }"""
+# The figure of the selected tab: its plot's and its main svg's boxes on screen.
+FIGURE_BOXES = """() => {
+  const g = [...document.querySelectorAll('#views .js-plotly-plot')].find(e => e.offsetParent !== null);
+  const box = e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; };
+  return {view: g.layout.meta.view, step: g.layout.meta.step, plot: box(g), svg: box(g.querySelector('svg.main-svg')),
+          scrollY: window.scrollY};
+}"""
+# the figure on screen drawn at the width its fit asks (assets/shortcuts.js) and settled
+FITTED = """() => { const g = [...document.querySelectorAll('#views .js-plotly-plot')].find(e => e.offsetParent !== null);
+  return g && g._fullLayout && g.style.transform && Math.abs(g._fullLayout.width - parseFloat(g.style.width)) <= 1; }"""
 RECT = "e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, left: r.left, right: r.right}; }"
 # WCAG contrast of an element's text: its colour (with the opacity of it and its ancestors) over the
 # background it is drawn on (the first opaque background up the tree, translucent ones blended on it).
@@ -112,40 +125,84 @@ def test_the_sidebar_holds_the_settings_and_opens_by_key(open_app):
     page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().left >= 0")
     page.wait_for_timeout(400)  # kept: the slide's transition
     assert_wholly_on_screen(page, "#model-select")
+    # every tab name (the Lab's too) in the one row of the tab bar, none under the full-screen button
+    tabs = page.locator("#views [role='tab']").evaluate_all(f"tabs => tabs.map({RECT})")
+    button = page.locator("#forward-plot .custom-button").evaluate(RECT)
+    assert len(tabs) == 9 and all(abs(tab["top"] - tabs[0]["top"]) < 2 for tab in tabs), tabs
+    assert tabs[-1]["right"] <= button["left"] and page.locator("#views .overflow-dropdown:not(.hide)").count() == 0, (tabs, button)
     page.screenshot(path=str(ARTIFACTS / "screen-1280x720-settings.png"))
     page.keyboard.press("s")
     page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().right <= 0")
 
 
-@pytest.mark.parametrize("screen", SCREENS)
-def test_every_view_is_on_screen_with_the_prompt_and_the_buttons_after_prefill(open_app, screen):
-    width, height = SCREENS[screen]
-    page = open_app(width, height)
-    prefill(page)
-    figure = shown_figure(page, 0)
-    assert figure["view"] == "forward"  # the first tab, shown after Prefill
-    page.screenshot(path=str(ARTIFACTS / f"screen-{screen}.png"))
+def figures_on_screen(page, screen: str, step: int, shots: str | None) -> list[dict]:
+    """Select each tab in turn; assert its figure (the plot and its main svg) is whole inside the window
+    without scrolling, at least MIN_FIGURE_PX tall, with the step controls on screen; a screenshot of each
+    tab if `shots` names them. The views' figures show `step`, the experiments' their own."""
     tabs, measured = page.locator("#views [role='tab']"), []
+    size = page.viewport_size
     for index in range(tabs.count()):
         tab = tabs.nth(index)
         tab.click()
-        # the experiments' tabs show their figure (empty until an experiment runs), drawn for no step
-        experiment = {"Equivalent ≠ identical": "equivalence", "Lab": "lab"}.get(tab.inner_text().strip())
-        figure = shown_view(page, experiment) if experiment else shown_figure(page, 0)
+        experiment = EXPERIMENT_TABS.get(tab.inner_text().strip())
+        (shown_view(page, experiment) if experiment else shown_figure(page, step))
+        page.wait_for_function(FITTED)  # fitted to the window (assets/shortcuts.js)
+        figure = page.evaluate(FIGURE_BOXES)
         measured.append(figure)
-        (ARTIFACTS / f"screen-{screen}.json").write_text(json.dumps(measured, indent=1))
-        assert figure["scrollY"] == 0
+        for box in (figure["plot"], figure["svg"]):
+            assert 0 <= box["top"] and box["bottom"] <= size["height"] and 0 <= box["left"] \
+                and box["right"] <= size["width"], (screen, figure)
+            assert box["bottom"] - box["top"] >= MIN_FIGURE_PX, (screen, figure)
+        assert figure["scrollY"] == 0, figure
         for selector in STEP_CONTROLS:
             assert_wholly_on_screen(page, selector)
-        visible = min(figure["bottom"], height) - max(figure["top"], 0)
-        if screen == "1280x720":
-            assert visible >= MIN_VISIBLE_PX, figure
-        else:
-            assert figure["top"] >= 0 and figure["bottom"] <= height, figure  # the whole figure
+        if shots:
+            page.screenshot(path=str(ARTIFACTS / f"{shots}-{index + 1}-{experiment or figure['view']}.png"))
+    return measured
+
+
+@pytest.mark.parametrize(("screen", "presenter"), [("1280x720", False), ("1280x720", True), ("1920x1080", False),
+                                                   ("1920x1080", True)], ids=["1280x720", "1280x720-presenter",
+                                                                              "1920x1080", "1920x1080-presenter"])
+def test_every_figure_is_whole_on_screen_after_prefill_and_a_step(open_app, screen, presenter):
+    """Figures first: each view's figure and the experiments' are whole in the window, at least 360 px
+    tall, with the prompt and the step buttons, after Prefill and after Next token; a lab experiment's
+    figure and its text too (one page for all the tabs)."""
+    width, height = SCREENS[screen]
+    page = open_app(width, height)
+    name = f"screen-{screen}" + ("-presenter" if presenter else "")
+    if presenter:
+        open_settings(page)
+        page.locator("#presenter-mode input").check()
+        page.wait_for_function("() => document.body.classList.contains('presenter')")
+        page.locator("#settings .toggle-button").click()
+        page.wait_for_function("() => document.querySelector('#settings').getBoundingClientRect().right <= 0")
+    prefill(page)
+    assert shown_figure(page, 0)["view"] == "forward"  # the first tab, shown after Prefill
+    measured = {"prefill": figures_on_screen(page, screen, 0, name)}
+    page.get_by_role("tab", name="Forward pass", exact=True).click()
+    page.locator("#decode-btn").click()
+    expect(page.locator("#status")).to_contain_text("step 1: 1 token(s) in", timeout=TIMEOUT_MS)
+    measured["step 1"] = figures_on_screen(page, screen, 1, None)
+    (ARTIFACTS / f"{name}.json").write_text(json.dumps(measured, indent=1))
+    if presenter or screen != "1280x720":
+        return
+    # a lab experiment (the menu's first): its figure whole, its text beside it and on screen
+    page.get_by_role("tab", name="Lab", exact=True).click()
+    page.locator("#lab-btn").click()
+    page.wait_for_function("() => (document.querySelector('#lab-plot .js-plotly-plot')?.layout?.meta?.view || '')"
+                           ".startsWith('lab-')", timeout=3 * TIMEOUT_MS)
+    page.wait_for_function(FITTED)
+    figure = page.evaluate(FIGURE_BOXES)
+    assert figure["plot"]["top"] >= 0 and figure["plot"]["bottom"] <= height, figure
+    assert figure["plot"]["bottom"] - figure["plot"]["top"] >= MIN_FIGURE_PX, figure
+    text = page.locator("#lab-controls").evaluate(RECT)
+    assert text["left"] >= figure["plot"]["right"] - 1 and text["bottom"] <= height, (figure, text)
+    page.screenshot(path=str(ARTIFACTS / f"{name}-lab-experiment.png"))
 
 
 def test_a_long_prompt_keeps_the_figure_and_the_chosen_token_in_sight(open_app):
-    """At 1280x720 a prompt of many lines scrolls inside its box (the figure keeps its 300 px), and
+    """At 1280x720 a prompt of many lines scrolls inside its box (the figure stays whole on screen), and
     after each step the token strip, rows of chips taller than it shows, is scrolled to the token
     just chosen."""
     page = open_app(1280, 720)
@@ -155,7 +212,7 @@ def test_a_long_prompt_keeps_the_figure_and_the_chosen_token_in_sight(open_app):
     page.locator("#prefill-btn").click()
     expect(page.locator("#status")).to_contain_text("prefill:", timeout=TIMEOUT_MS)
     figure = shown_figure(page, 0)
-    assert min(figure["bottom"], 720) - figure["top"] >= MIN_VISIBLE_PX, figure
+    assert 0 <= figure["top"] and figure["bottom"] <= 720 and figure["height"] >= MIN_FIGURE_PX, figure
     strip = page.locator("#token-strip .token-strip")
     assert strip.evaluate("e => e.scrollHeight > 2 * e.clientHeight")  # rows out of sight, above
     for step in range(1, 5):
@@ -166,6 +223,24 @@ def test_a_long_prompt_keeps_the_figure_and_the_chosen_token_in_sight(open_app):
           const inner = chip.getBoundingClientRect();
           return inner.top >= outer.top && inner.bottom <= outer.bottom; }""")
     page.screenshot(path=str(ARTIFACTS / "screen-1280x720-long-prompt.png"))
+
+
+def test_the_token_strip_says_when_the_prompts_start_is_scrolled_above(open_app):
+    """After Prefill the strip is scrolled to the token chosen; the legend under it then counts the
+    tokens above its top, until the strip is scrolled back to the prompt's start."""
+    page = open_app(1280, 720)
+    prefill(page)
+    strip, hint = page.locator("#token-strip"), "e => getComputedStyle(e, '::after').content"
+    page.wait_for_function("() => Number(document.querySelector('#token-strip').dataset.above) > 0")
+    box = page.locator("#token-strip .token-strip")
+    above = box.evaluate("e => [...e.children].filter(c => c.getBoundingClientRect().bottom <= "
+                         "e.getBoundingClientRect().top + 1).length")
+    assert above > 0 and strip.get_attribute("data-above") == str(above)
+    assert "earlier tokens above: scroll the strip" in page.locator("#token-strip .legend").evaluate(hint)
+    page.screenshot(path=str(ARTIFACTS / "screen-1280x720-strip-hint.png"))
+    box.evaluate("e => { e.scrollTop = 0; }")
+    page.wait_for_function("() => document.querySelector('#token-strip').dataset.above === '0'")
+    assert page.locator("#token-strip .legend").evaluate(hint) == "none"
 
 
 def font_sizes(page) -> dict[str, float]:
@@ -221,6 +296,9 @@ def test_the_page_keeps_its_light_theme_with_readable_text_when_dark_is_asked(op
     expect(page.locator("#status")).to_contain_text("step 1: 1 token(s) in", timeout=TIMEOUT_MS)
     shown_figure(page, 1)
     assert not page.evaluate("() => document.body.classList.contains('dark')")
+    # and no switch to a dark theme is offered (Gradio's settings in the footer are not linked)
+    expect(page.locator("footer")).to_contain_text("Built with Gradio")
+    assert "Settings" not in page.locator("footer").inner_text() and page.get_by_text("Dark", exact=True).count() == 0
     if dark == "system":  # the system's scheme changes while the page is open: still light
         page.emulate_media(color_scheme="light")
         page.emulate_media(color_scheme="dark")
@@ -265,19 +343,24 @@ def test_the_full_screen_button_fills_the_screen_with_the_views_through_a_step(o
                            ".getBoundingClientRect().height - h) < 2", arg=own_height)
 
 
-def test_full_screen_squeezes_a_tall_presenter_diagram_no_further_than_its_text_allows(open_app):
+def test_full_screen_scales_a_tall_presenter_diagram_whole_keeping_its_layout(open_app):
+    """A presenter-mode diagram is taller than the screen: it is drawn at its own height (its labels
+    laid out for it, not squeezed into each other) and scaled to the page, then to the full screen."""
     page = open_app(1280, 720)
     prefill(page)
     page.locator("#settings .toggle-button").click()
     page.locator("#presenter-mode input").check()
     page.locator("#settings .toggle-button").click()
-    height = "() => document.querySelector('#forward-plot .js-plotly-plot')._fullLayout.height"
-    page.wait_for_function(f"() => ({height})() > 720")  # redrawn in presenter style: taller than the screen
-    own_height = page.evaluate(height)
+    plot = "document.querySelector('#forward-plot .js-plotly-plot')"
+    page.wait_for_function(f"() => {plot}.layout.font.size >= 18")  # redrawn in presenter style
+    own = page.evaluate(f"() => Number({plot}.dataset.ownHeight)")
+    assert own > 720
+    whole = f"""() => {{ const g = {plot}, r = g.getBoundingClientRect();
+      return g._fullLayout.height === {own} && r.top >= 0 && r.bottom <= innerHeight && r.bottom >= innerHeight - 40; }}"""
+    page.wait_for_function(whole)
     page.locator("#forward-plot").get_by_role("button", name="Full screen").click()
     page.wait_for_function("() => document.fullscreenElement && document.fullscreenElement.id === 'views'")
-    # squeezed to MIN_FIT_RATIO (0.9) of its own height, not to the screen's: the view scrolls for the rest
-    page.wait_for_function(f"h => Math.abs(({height})() - 0.9 * h) <= 1", arg=own_height)
+    page.wait_for_function(whole)
     page.screenshot(path=str(ARTIFACTS / "screen-1280x720-presenter-fullscreen.png"))
 
 

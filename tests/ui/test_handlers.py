@@ -368,6 +368,34 @@ def test_a_what_if_past_the_context_window_is_a_toast(served, context, tokens):
                                    "as run", False, False, False)
 
 
+def test_the_what_if_menus_read_as_run_and_take_typed_counts():
+    """The count menus send their text: "as run" (and an empty box) is the step's own, a typed number
+    its count, anything else a clear message (a toast), as is a batch past the app's cap."""
+    from explorer.errors import ConfigError
+    from explorer.ui.handlers.controls import AS_RUN, MAX_WHAT_IF_BATCH
+
+    formats = (AS_RUN, AS_RUN, AS_RUN, False, False, False)
+    assert handlers.scenario_from(AS_RUN, "", " as run ", *formats) == Scenario()
+    assert handlers.scenario_from("64", "4,096", 512.0, *formats) == Scenario(batch=64, context=4096, tokens=512)
+    for typed, message in (("sixty", "not “sixty”"), (str(MAX_WHAT_IF_BATCH + 1), f"at most {MAX_WHAT_IF_BATCH}")):
+        with pytest.raises(ConfigError, match=message):
+            handlers.scenario_from(typed, AS_RUN, AS_RUN, *formats)
+
+
+def test_the_what_if_counts_and_the_hardware_menu_read_as_words(model):
+    """Each what-if count is a menu that starts at "as run" (a number box showed 0) and takes typed
+    counts; the roofline's machines by name, this machine as "This machine (measured)"."""
+    from explorer.ui.layout import build_demo
+
+    config = build_demo(model, limits=LOCAL).config
+    by_id = {c["props"].get("elem_id"): c for c in config["components"]}
+    for elem_id in ("what-if-batch", "what-if-context", "what-if-tokens"):
+        props = by_id[elem_id]["props"]
+        assert by_id[elem_id]["type"] == "dropdown" and props["value"] == "as run" and props["allow_custom_value"]
+    choices = dict((value, label) for label, value in by_id["hardware-select"]["props"]["choices"])
+    assert choices["this-machine"] == "This machine (measured)" and choices["h100-sxm"] == "NVIDIA H100 SXM5 80GB"
+
+
 def test_the_legend_gives_each_symbol_this_models_value_at_the_step_shown(served):
     visit, status, strip, *_ = prefill(served)
     config = visit.session.loaded.model.config

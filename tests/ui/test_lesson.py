@@ -9,6 +9,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
+from explorer.analysis.measured import Scenario
 from explorer.lesson import LESSON_BATCH, PAGES, LessonInputs, page_layer, page_text
 from explorer.runner.probe import resolve_hardware
 from explorer.ui import handlers, lesson
@@ -27,8 +28,8 @@ def prefill(served, choice=None):
         *SAMPLED, 0, False, "h100-sxm", "forward")[0]
 
 
-def turn(visit, index, delta):
-    outputs = lesson.on_lesson_move(delta)(visit, index, *CONTROLS)
+def turn(visit, index, delta, before=None, controls=CONTROLS):
+    outputs = lesson.on_lesson_move(delta)(visit, index, before, *controls)
     return outputs[:STEP_OUTPUTS], dict(zip(lesson.LESSON_OUTPUTS, outputs[STEP_OUTPUTS:], strict=True))
 
 
@@ -52,7 +53,7 @@ def test_the_lesson_runs_a_decode_step_then_each_page_draws_its_view(served):
             assert figure.layout.meta == {"view": page.view, "step": 1}
         assert steps[5]["value"] == page_layer(page, len(visit.run.steps[0].kv))
         if page.view == "roofline":
-            assert state["what_if"].batch == page.batch and state["wi_batch"] == page.batch
+            assert state["what_if"].batch == page.batch and state["wi_batch"] == str(page.batch)
         else:
             assert state["what_if"] == gr.skip()
     assert len(visit.run.steps) == 2  # only the first page needed a step
@@ -60,6 +61,38 @@ def test_the_lesson_runs_a_decode_step_then_each_page_draws_its_view(served):
     assert state["lesson_page"] == len(PAGES) - 1  # past the last page: stays there
     _, state = turn(visit, 0, -1)
     assert state["lesson_page"] == 0
+
+
+def test_ending_the_lesson_puts_back_the_tab_the_layer_and_the_what_if_it_found(served):
+    visit = prefill(served)
+    own = Scenario(batch=4, kv="int8")
+    found = (*SAMPLED, 2, False, "h100-sxm", "kv_cache", False, "", own)  # the KV cache tab, layer 2, a what-if
+    _, state = turn(visit, None, 0, controls=found)
+    before = state["lesson_before"]
+    assert before == lesson.BeforeLesson("kv_cache", 2, own)
+    batched = next(index for index, page in enumerate(PAGES) if page.batch == LESSON_BATCH)
+    what_if = own
+    while state["lesson_page"] < batched:  # on to the roofline's page that sets B = LESSON_BATCH
+        page = PAGES[state["lesson_page"]]
+        what_if = state["what_if"] if isinstance(state["what_if"], Scenario) else what_if
+        controls = (*SAMPLED, page_layer(page, 3), False, "h100-sxm", page.view, False, "", what_if)
+        _, state = turn(visit, state["lesson_page"], 1, before, controls)
+        assert state["lesson_before"] == before  # what it found is kept while it is open
+    assert state["what_if"].batch == LESSON_BATCH
+    outputs = lesson.on_lesson_close(visit, before, *SAMPLED, 1, False, "h100-sxm", "roofline", False, "",
+                                     state["what_if"])
+    steps, state = outputs[:STEP_OUTPUTS], dict(zip(lesson.LESSON_OUTPUTS, outputs[STEP_OUTPUTS:], strict=True))
+    assert state["what_if"] == own and state["wi_batch"] == "4"
+    assert state["shown"] == "kv_cache" and state["tabs_selected"] == {"selected": "kv_cache", "__type__": "update"}
+    assert steps[5]["value"] == 2 and state["lesson_page"] is None and state["lesson_before"] is None
+    assert steps[8 + VIEWS.index("kv_cache")].layout.meta == {"view": "kv_cache", "step": 1}  # drawn as it was
+    assert state["lesson_panel"] == {"visible": False, "__type__": "update"}
+
+
+def test_ending_a_lesson_that_found_nothing_only_hides_it(served):
+    outputs = lesson.on_lesson_close(None, None, *CONTROLS)
+    state = dict(zip(lesson.LESSON_OUTPUTS, outputs[STEP_OUTPUTS:], strict=True))
+    assert state["lesson_panel"] == {"visible": False, "__type__": "update"} and state["what_if"] == gr.skip()
 
 
 def test_the_pages_say_the_runs_own_numbers(served):

@@ -48,39 +48,53 @@ function whenReady(start) {
   whenReady(pin);
 })();
 
-// Full screen (the browser's own): the views with their tabs fill the screen, and the figure on
-// screen is redrawn to the screen's height (a step or a tab drawn meanwhile too; no shorter than
-// MIN_FIT_RATIO of its own height), back to its own
-// height when full screen ends (Esc, F, or the button again). Each figure's toolbar has the button.
-const FIT_MARGIN_PX = 12;
-// a figure is squeezed to at most this share of its own height (its text keeps its size, so a tall
-// presenter-mode diagram squeezed further overlaps its labels): the full-screen view scrolls instead
-const MIN_FIT_RATIO = 0.9;
+// Figures first: the figure of the view on screen fills the window's height below its top (in full
+// screen, the screen's: the views with their tabs; F, or each figure's button), so it is whole on
+// screen without scrolling at any window size. A figure is laid out by its view for its own height and
+// the page's width (its text keeps its size, so drawn shorter its labels would run into each other): in
+// a room shorter than that (at least MIN_FIGURE_PX) it is drawn at its own height, as much wider, and
+// scaled down to the room (a CSS transform, which Plotly's hover and zoom follow), as it is in a room
+// narrower than a view's --figure-min-width; in a taller room it is drawn taller. The fit is set before
+// Plotly draws a figure (no second draw) and again when the room changes (a resize, the lesson's
+// panel, the token strip's rows, full screen), checked four times a second. The height it takes is
+// the CSS variable --figure-height, which bounds the text boxes beside a figure (the lab's).
+const MIN_FIGURE_PX = 360;
+const FIT_MARGIN_PX = 12;  // under the figure: its block's padding
 function shownFigure() {
   return [...document.querySelectorAll("#views .js-plotly-plot")].find((e) => e.offsetParent !== null) || null;
 }
-function fitFigure(figure) {
+// How `element` (a figure's div, drawn or about to be, laid out for `ownHeight` px) fits its room:
+// {scale, width and height: drawn, shown: the height on screen}; null for one not on screen (a hidden
+// tab's). The room's top is the top of the first figure in its block (while Gradio swaps a figure's
+// element, the new one sits under the old one for a moment).
+function figureFit(element, ownHeight) {
+  const block = element.closest(".block");
+  const holder = element.parentElement;
+  if (!block || !holder || holder.offsetParent === null || !ownHeight) return null;
+  const first = block.querySelector("[data-testid='plotly']") || element;
   const screen = document.fullscreenElement;
+  const top = screen && screen.contains(element)
+    ? first.getBoundingClientRect().top - screen.getBoundingClientRect().top
+    : first.getBoundingClientRect().top + window.scrollY;
+  const room = Math.max(MIN_FIGURE_PX, Math.floor(window.innerHeight - top - FIT_MARGIN_PX));
+  const least = parseFloat(getComputedStyle(element).getPropertyValue("--figure-min-width")) || 0;
+  const width = holder.clientWidth;
+  const scale = Math.min(room / ownHeight, least ? width / least : Infinity, 1);
+  const height = scale < 1 ? ownHeight : room;
+  return { scale, width: Math.floor(width / scale), height, shown: Math.floor(height * scale) };
+}
+function placeFigure(element, fit) {
+  Object.assign(element.style, { transform: `scale(${fit.scale})`, transformOrigin: "0 0", width: `${fit.width}px` });
+  Object.assign(element.parentElement.style, { height: `${fit.shown}px`, overflow: "hidden" });
+  document.documentElement.style.setProperty("--figure-height", `${fit.shown}px`);
+}
+function fitFigure(figure) {
   if (!figure || !figure.layout || !window.Plotly) return;
-  if (screen && screen.contains(figure)) {
-    const top = figure.getBoundingClientRect().top - screen.getBoundingClientRect().top;
-    // a height not set here is the figure's own (a redraw brought it): the one to restore, and the
-    // height it is drawn at (Gradio leaves layout.height unset: Plotly's computed one)
-    if (figure.layout.height !== Number(figure.dataset.fitted)) {
-      figure.dataset.pageHeight = figure.layout.height ?? "";
-      figure.dataset.drawnHeight = String(figure._fullLayout.height);
-    }
-    const least = Math.round(Number(figure.dataset.drawnHeight) * MIN_FIT_RATIO);
-    const height = Math.max(240, least, Math.floor(window.innerHeight - top - FIT_MARGIN_PX));
-    if (figure.layout.height === height) return;
-    figure.dataset.fitted = String(height);
-    window.Plotly.relayout(figure, { height });
-  } else if (figure.dataset.fitted) {
-    const height = figure.dataset.pageHeight;
-    delete figure.dataset.fitted;
-    delete figure.dataset.pageHeight;
-    delete figure.dataset.drawnHeight;
-    window.Plotly.relayout(figure, { height: height === "" ? null : Number(height) });
+  const fit = figureFit(figure, Number(figure.dataset.ownHeight) || figure.layout.height);
+  if (!fit) return;
+  placeFigure(figure, fit);
+  if (Math.abs((figure.layout.width || 0) - fit.width) > 1 || Math.abs((figure.layout.height || 0) - fit.height) > 1) {
+    window.Plotly.relayout(figure, { width: fit.width, height: fit.height });
   }
 }
 window.explorerFullscreen = () => {
@@ -88,19 +102,9 @@ window.explorerFullscreen = () => {
   const views = document.getElementById("views");
   return views && views.requestFullscreen ? views.requestFullscreen() : undefined;
 };
-// a redraw (Plotly.react from a step, or a tab drawn) brings the figure's own height back: while full
-// screen lasts, the figure on screen is fitted again when it needs it (checked four times a second)
-let fitTimer = null;
-document.addEventListener("fullscreenchange", () => {
-  clearInterval(fitTimer);
-  fitTimer = null;
-  if (document.fullscreenElement) {
-    fitFigure(shownFigure());
-    fitTimer = setInterval(() => fitFigure(shownFigure()), 250);
-  } else {
-    for (const figure of document.querySelectorAll("#views .js-plotly-plot")) fitFigure(figure);
-  }
-});
+document.addEventListener("fullscreenchange", () => fitFigure(shownFigure()));
+window.addEventListener("resize", () => fitFigure(shownFigure()));
+whenReady(() => setInterval(() => fitFigure(shownFigure()), 250));
 
 // A zoom or pan survives the next step. Gradio 6 draws each new figure in a new plot element (its
 // Plot component is keyed on the value), so Plotly's own layout.uirevision, which keeps what a person
@@ -183,6 +187,16 @@ function watchPlotly(plotly) {
   const react = plotly.react;
   plotly.react = function (figure, ...rest) {
     const element = typeof figure === "string" ? document.getElementById(figure) : figure;
+    const layout = rest[1];
+    if (element && layout) {
+      const own = layout.height || 450;  // Plotly's default height
+      const fit = figureFit(element, own);
+      element.dataset.ownHeight = String(own);
+      if (fit) {
+        placeFigure(element, fit);
+        Object.assign(layout, { width: fit.width, height: fit.height });
+      }
+    }
     const drawn = element && element._fullLayout && element.isConnected
       ? redrawAfterSwap(plotly, react, this, element, [figure, ...rest])
       : react.call(this, figure, ...rest);
@@ -190,7 +204,6 @@ function watchPlotly(plotly) {
       if (!element || !element.isConnected) return;
       restoreZoom(element);
       pinOnClick(element);
-      if (document.fullscreenElement) fitFigure(element);  // at once, not at the next check
     });
     return drawn;
   };
@@ -208,7 +221,9 @@ function watchPlotly(plotly) {
 })();
 
 // The token strip keeps the step shown in sight: its height is capped, so it scrolls to the step's
-// last token (and the chosen token after it).
+// last token (and the chosen token after it). The tokens then above its top (the prompt's start) are
+// counted in its block's data-above attribute and --tokens-above, and the legend under it says so
+// (app.css), until the strip is scrolled back up.
 function revealIn(box, chip) {
   if (!chip) return;
   const outer = box.getBoundingClientRect();
@@ -216,6 +231,21 @@ function revealIn(box, chip) {
   if (inner.bottom > outer.bottom) box.scrollTop += inner.bottom - outer.bottom + 4;
   else if (inner.top < outer.top) box.scrollTop -= outer.top - inner.top + 4;
 }
+function countAbove(box) {
+  const top = box.getBoundingClientRect().top;
+  let above = 0;
+  for (const chip of box.children) {
+    if (chip.getBoundingClientRect().bottom > top + 1) break;
+    above += 1;
+  }
+  const strip = box.closest("#token-strip");
+  if (strip.dataset.above === String(above)) return;
+  strip.dataset.above = String(above);
+  strip.style.setProperty("--tokens-above", String(above));
+}
+document.addEventListener("scroll", (event) => {
+  if (event.target instanceof Element && event.target.matches("#token-strip .token-strip")) countAbove(event.target);
+}, true);
 function revealStep() {
   const box = document.querySelector("#token-strip .token-strip");
   if (!box) return;
@@ -223,6 +253,7 @@ function revealStep() {
   const last = shown[shown.length - 1];
   revealIn(box, last && last.nextElementSibling && last.nextElementSibling.matches(".tok.next") ? last.nextElementSibling : last);
   if (shown.length) revealIn(box, last);
+  countAbove(box);
 }
 whenReady(() => {
   const watchStrip = () => {
@@ -232,8 +263,9 @@ whenReady(() => {
     // MAX_CHIPS changes its chips' text and class and adds none): every kind of change is watched, and
     // the step is revealed once the frame's changes are all in, not from a half-patched strip
     let pending = false;
-    new MutationObserver(() => {
-      if (pending) return;
+    new MutationObserver((records) => {
+      // the count of tokens above, set on the strip's own block, is no change of the strip's
+      if (pending || records.every((record) => record.type === "attributes" && record.target === strip)) return;
       pending = true;
       requestAnimationFrame(() => { pending = false; revealStep(); });
     }).observe(strip, { childList: true, subtree: true, attributes: true, characterData: true });

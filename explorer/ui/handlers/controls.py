@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.config import SamplingSettings
-from explorer.errors import SamplingSettingsError
+from explorer.errors import ConfigError, SamplingSettingsError
 from explorer.figures.views import ViewOptions
 
 if TYPE_CHECKING:
@@ -106,6 +106,8 @@ def field_names(controls: type) -> tuple[str, ...]:
 PROMPT_INPUTS = field_names(PromptControls)
 SAMPLING_FIELDS = field_names(SamplingControls)
 VIEW_INPUTS = field_names(ViewControls)
+AS_RUN = "as run"  # a what-if that keeps the step's own count or format
+MAX_WHAT_IF_BATCH = 1024  # the largest batch a what-if takes
 # the roofline's what-if controls, in `scenario_from` order
 WHAT_IF_FIELDS = ("wi_batch", "wi_context", "wi_tokens", "wi_weights", "wi_activations", "wi_kv", "wi_merged",
                   "wi_fused", "wi_lm_head_all")
@@ -134,18 +136,42 @@ def prompt_lines(prompt: str | None) -> list[str]:
     return [line for line in (prompt or "").splitlines() if line.strip()]
 
 
-def scenario_from(batch: float | None, context: float | None, tokens: float | None, weights: str | None,
-                  activations: str | None, kv: str | None, merged: bool, fused: bool, lm_head_all: bool) -> Scenario:
-    """The what-if controls as a `Scenario`: a count that is empty (or not a whole number >= 1)
-    and a format "as run" keep the step's own."""
-    def count(value) -> int | None:
-        return int(value) if isinstance(value, int | float) and math.isfinite(value) and value >= 1 else None
+def scenario_from(batch: float | str | None, context: float | str | None, tokens: float | str | None,
+                  weights: str | None, activations: str | None, kv: str | None, merged: bool, fused: bool,
+                  lm_head_all: bool) -> Scenario:
+    """The what-if controls as a `Scenario`: a count that is empty, "as run" (or not a whole number
+    >= 1) and a format "as run" keep the step's own; a count's menu takes a typed number too.
 
+    Raises:
+        ConfigError: a count typed that is not a number, or a batch over `MAX_WHAT_IF_BATCH`.
+    """
     def fmt(value) -> str | None:
         return value if value in DTYPE_BITS else None
 
-    return Scenario(count(batch), count(context), count(tokens), fmt(weights), fmt(activations), fmt(kv),
-                    bool(merged), bool(fused), bool(lm_head_all))
+    sequences = what_if_count(batch, "batch B")
+    if sequences is not None and sequences > MAX_WHAT_IF_BATCH:
+        raise ConfigError(f"The what-if batch B is at most {MAX_WHAT_IF_BATCH} sequences here, not {sequences}.")
+    return Scenario(sequences, what_if_count(context, "decode n"), what_if_count(tokens, "prefill T"), fmt(weights),
+                    fmt(activations), fmt(kv), bool(merged), bool(fused), bool(lm_head_all))
+
+
+def what_if_count(value: float | str | None, name: str) -> int | None:
+    """A what-if menu's count (a number, or its text as typed); None for empty, "as run", or a
+    number under 1.
+
+    Raises:
+        ConfigError: text that is not a number.
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("", AS_RUN):
+            return None
+        try:
+            value = float(text.replace(",", "").replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"The what-if {name} is a whole number of 1 or more, or “{AS_RUN}”: not “{text}”.") \
+                from None
+    return int(value) if isinstance(value, int | float) and math.isfinite(value) and value >= 1 else None
 
 
 def index(value: float | None, default: int, top: int) -> int:
