@@ -94,7 +94,9 @@ def timed(loaded, name: str, ids: list[int], params: dict, whole_run: bool,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(LAB), help="experiments, comma-separated")
+    # the experiments a shared app runs (tensor starts processes of its own: local only, bench_lab_tensor.py)
+    shared = ",".join(name for name, experiment in LAB.items() if not experiment.local_only)
+    parser.add_argument("--only", default=shared, help="experiments, comma-separated")
     parser.add_argument("--params", default="default,worst", help="default, worst (in the hosted caps), or both")
     parser.add_argument("--whole-run", action="store_true", help="also run each holding the lock for its whole run")
     parser.add_argument("--alone", action="store_true", help="no other page stepping: the run's own time")
