@@ -46,6 +46,20 @@ def out_of_range(component, value) -> str | None:
     return f"{label} must be {span}, not {number_text(value)}."
 
 
+def as_shown(component, value):
+    """A Slider's or Number's raw value (an event not preprocessed) as its box shows it: clipped to the
+    component's range and rounded to its precision, as the page does once the box loses focus; None
+    (an empty box, mid-typing) stays None. Any other component's value is returned as it is."""
+    if not isinstance(component, gr.Slider | gr.Number) or value is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return None
+    low, high = component.minimum, component.maximum
+    value = min(value, high) if high is not None else value
+    value = max(value, low) if low is not None else value
+    return gr.Number.round_to_precision(value, component.precision)
+
+
 def bounded(validator: Callable, components: list, exempt: tuple[str, ...]) -> Callable:
     """`validator` behind a range check of each input (`out_of_range`), skipping the components whose
     `elem_id` is in `exempt` (a range the page changes: the handler checks those)."""

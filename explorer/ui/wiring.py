@@ -248,8 +248,11 @@ def _wire_views(c: dict, app: ServedHandlers) -> None:
         c[name].change(handlers.on_what_if_change, what_if_inputs, [c["what_if"], c["plots"]["roofline"]],
                        show_progress="hidden", api_visibility="private")
     sampling_inputs = [c["visit"], c["step"], *named(c, SAMPLING_FIELDS), c["presenter"]]
+    # a filter's box sends every keystroke, an empty box as None and a value past its range as typed: the
+    # preview is not preprocessed (no keystroke refused), it reads each value as the box shows it
+    shown = functools.partial(handlers.on_sampling_keystroke, tuple(named(c, SAMPLING_FIELDS)))
     for name in FILTERS:
-        c[name].input(handlers.on_sampling_change, sampling_inputs, c["plots"]["sampling"], api_visibility="private")
+        c[name].input(shown, sampling_inputs, c["plots"]["sampling"], preprocess=False, api_visibility="private")
     # any view's figure for API clients (gradio_client), whose pages have no tabs (attention may be recomputed)
     gr.api(evaluated(app.on_figure_call), api_name="figure", api_description=API["figure"], concurrency_id=MODEL_QUEUE)
 

@@ -49,6 +49,7 @@ from explorer.ui.handlers.redraw import (
     on_hardware_change,
     on_lens_stat_change,
     on_sampling_change,
+    on_sampling_keystroke,
     on_sink_threshold_change,
     on_step_change,
     on_tab_select,
@@ -72,6 +73,6 @@ __all__ = [
     "StepOutputs", "ViewControls", "lab_figure", "lab_menu", "lab_param_box", "number_params", "model_info", "no_export", "on_branch_click", "on_decode_click",
     "on_equivalence_click", "on_equivalence_tab", "on_lab_click", "on_lab_select", "on_export_click", "on_export_label", "on_hardware_change",
     "on_latest_click", "on_lens_stat_change", "on_run_click", "on_sampling_change", "on_share_click",
-    "on_sink_threshold_change", "on_step_change", "on_tab_select", "on_view_change", "on_view_html_click",
+    "on_sampling_keystroke", "on_sink_threshold_change", "on_step_change", "on_tab_select", "on_view_change", "on_view_html_click",
     "on_what_if_change", "scenario_from", "show_download", "step_outputs",
 ]

@@ -15,6 +15,7 @@ from explorer.analysis.measured import Scenario
 from explorer.errors import SamplingSettingsError
 from explorer.figures.lens import LENS_STATS
 from explorer.figures.views import VIEWS
+from explorer.ui.bounds import as_shown
 from explorer.ui.handlers.controls import SAMPLING_FIELDS, SamplingControls, ViewControls, scenario_from
 from explorer.ui.handlers.outputs import close_question, shown_view
 from explorer.ui.handlers.turns import one_at_a_time
@@ -128,6 +129,16 @@ def on_sampling_change(visit: Visit | None, step: int | None, *controls):
         gr.Warning(toast_text(str(exc)))
         return gr.skip()
     return render(visit, ViewControls(presenter=presenter).options(visit, step), "sampling", preview=settings)
+
+
+def on_sampling_keystroke(components: tuple, visit: Visit | None, step: int | None, *raw):
+    """`on_sampling_change` for values not preprocessed (`raw`: the sampling values as the page sent
+    them, then the presenter flag): each read as its box shows it (`as_shown`: clipped to its range),
+    nothing drawn while a box is empty."""
+    controls = [as_shown(component, value) for component, value in zip(components, raw, strict=False)]
+    if any(value is None for value in controls):
+        return gr.skip()
+    return on_sampling_change(visit, step, *controls, *raw[len(components):])
 
 
 def model_info(visit: Visit | None):
