@@ -41,13 +41,16 @@ READ_LABELS = """([id, slack]) => {
     if (dx > slack && dy > slack) overlaps.push([texts[i].text, texts[j].text]);
   }
   // text on a subplot's clipped trace layer that runs past the subplot's plot area is cut there
+  // the page scales a figure drawn at its own size into its room (a CSS transform): the plot areas,
+  // in plotly's pixels, scaled as the text boxes are
   const box = g.getBoundingClientRect(), full = g._fullLayout;
+  const sx = box.width / full.width, sy = box.height / full.height;
   const clipped = [...g.querySelectorAll('g.subplot')].flatMap(sub => {
     const [, x, y] = sub.getAttribute('class').match(/subplot (x\d*)(y\d*)/) || [];
     if (!x) return [];
     const xa = full[x.replace('x', 'xaxis')], ya = full[y.replace('y', 'yaxis')];
-    const area = [box.left + xa._offset, box.top + ya._offset, box.left + xa._offset + xa._length,
-                  box.top + ya._offset + ya._length];
+    const area = [box.left + xa._offset * sx, box.top + ya._offset * sy, box.left + (xa._offset + xa._length) * sx,
+                  box.top + (ya._offset + ya._length) * sy];
     return [...sub.querySelectorAll('text')].filter(t => t.closest('[clip-path]') && t.textContent.trim())
       .map(t => [t.textContent, t.getBoundingClientRect()])
       .filter(([, r]) => r.width > 0 && (r.left < area[0] - slack || r.right > area[2] + slack
