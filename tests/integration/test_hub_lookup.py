@@ -5,6 +5,7 @@ met while loading is not taken for unreadable weights."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 
 import huggingface_hub
@@ -134,7 +135,9 @@ def test_prefill_refuses_an_unknown_hub_id_before_it_is_queued(model, monkeypatc
     inputs[PROMPT_INPUTS.index("model_choice")] = app.served.registry.default_choice
     inputs[PROMPT_INPUTS.index("prompt")] = "Hello"
     inputs[PROMPT_INPUTS.index("custom_model")] = UNKNOWN
-    results = asyncio.run(app.validate_prefill(None, *inputs))
+    # in a thread of its own: a browser test's Playwright may hold this thread's event loop
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        results = pool.submit(asyncio.run, app.validate_prefill(None, *inputs)).result()
     refused = results[PROMPT_INPUTS.index("custom_model")]
     assert refused["is_valid"] is False and refused["message"].startswith(f"Cannot find '{UNKNOWN}'")
     assert all(result["is_valid"] for i, result in enumerate(results) if i != PROMPT_INPUTS.index("custom_model"))

@@ -35,22 +35,30 @@ def ids(llama):
     return llama.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
 
 
+def children() -> set[int]:
+    """The pids of this process's live descendants, less multiprocessing's resource tracker (it lives as
+    long as we do)."""
+    return {child.pid for child in psutil.Process().children(recursive=True)
+            if child.is_running() and "resource_tracker" not in " ".join(child.cmdline())}
+
+
 @pytest.fixture(scope="module")
-def result(llama, ids):
+def before_run() -> set[int]:
+    """The descendants alive before the module's run (another test's browser driver, say)."""
+    return children()
+
+
+@pytest.fixture(scope="module")
+def result(llama, ids, before_run):
     return run_tensor(llama, ids, ranks=2, tokens=TOKENS)  # the module's one run of two processes
 
 
-def children() -> list[psutil.Process]:
-    """This process's live descendants, less multiprocessing's resource tracker (it lives as long as we do)."""
-    return [child for child in psutil.Process().children(recursive=True)
-            if child.is_running() and "resource_tracker" not in " ".join(child.cmdline())]
-
-
-def test_the_run_is_two_processes_other_than_this_one(result):
+def test_the_run_is_two_processes_other_than_this_one(result, before_run):
     pids = [run.pid for run in result.runs]
     assert [run.rank for run in result.runs] == [0, 1]
     assert len(set(pids)) == 2 and os.getpid() not in pids and result.parent_pid == os.getpid()
-    assert children() == []  # both have ended
+    assert children() - before_run == set()  # both have ended
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
 
 
 def test_each_ranks_shapes_are_its_slice_of_the_heads_and_the_mlp(result, ids):
@@ -116,10 +124,11 @@ def test_a_rank_that_dies_mid_run_is_a_clear_error_and_leaves_nothing_behind(lla
     real_port = tensor_runner.free_loopback_port
     monkeypatch.setattr(tensor_runner, "free_loopback_port", lambda: ports.append(real_port()) or ports[-1])
     monkeypatch.setenv(FAIL_RANK_ENV, "1")  # rank 1 exits right after its prefill
+    before = children()
     with pytest.raises(ExplorerError, match=r"Rank [01] of 2 stopped mid-run: .*no process of the run is left "
                                             rf"\(exit codes by rank: 0: -?\d+, 1: {FAIL_EXIT_CODE}\)"):
         run_tensor(llama, ids, ranks=2, tokens=TOKENS)
-    assert children() == []
+    assert children() - before == set()
     listening = [c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == ports[0]
                  and c.status == psutil.CONN_LISTEN]
     assert listening == []

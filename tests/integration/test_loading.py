@@ -78,7 +78,8 @@ def test_end_of_turn_is_added_to_a_generation_config_that_lacks_it(embedded_mode
 
 @pytest.mark.real_model
 def test_lost_chat_format_is_refused_with_the_fix(embedded_model):
-    with pytest.raises(ModelLoadError, match=r"<\|im_end\|> is not among the EOS ids \[0\].*force-reinstall"):
+    with pytest.raises(ModelLoadError,
+                       match=r"<\|im_end\|> is not among the EOS ids \[0\].*python -m explorer\.runner\.gguf_wheel"):
         embedded.check_chat_format(embedded_model.tokenizer, 0)
 
 
