@@ -81,7 +81,16 @@ def test_a_name_the_hub_lacks_says_so(config_reads, online, monkeypatch):
 
 def test_a_model_the_hub_has_is_then_read_by_transformers(config_reads, online, monkeypatch):
     monkeypatch.setattr(huggingface_hub, "model_info", lambda repo_id, **kwargs: object())
-    with pytest.raises(ModelLoadError, match="Cannot find"):  # offline in truth: transformers' own read fails
+    cached_only = loading.AutoConfig.from_pretrained
+
+    def download_fails(source, **kwargs):  # transformers' download, failing at once (no network here)
+        if kwargs.get("local_files_only"):
+            return cached_only(source, **kwargs)
+        config_reads.append(False)
+        raise OSError(f"We couldn't connect to the hub to load {source}")
+
+    monkeypatch.setattr(loading.AutoConfig, "from_pretrained", download_fails)
+    with pytest.raises(ModelLoadError, match="Cannot find"):
         loading.resolved_model_config(model=UNKNOWN)
     assert config_reads == [True, False]
 
