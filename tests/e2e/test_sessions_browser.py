@@ -34,6 +34,7 @@ TIMEOUT_MS = 30_000
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "e2e"
 PROMPT = "Hi there!"
 SLOW_PREFILL_S = 1.6
+TABS_CLOSED = 10  # each opens a page in Chromium (seconds each): enough to close most of them mid-prefill
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,7 @@ def test_twenty_heartbeatless_clients_then_a_browser_visitor_is_served(visitor, 
             client.close()
 
 
-def test_twenty_tabs_closed_mid_prefill_leak_no_slot_and_twenty_visitors_are_served(visitor, model, monkeypatch):
+def test_ten_tabs_closed_mid_prefill_leak_no_slot_and_twenty_visitors_are_served(visitor, model, monkeypatch):
     from playwright.sync_api import expect
 
     running, slow = threading.Semaphore(0), threading.Event()
@@ -118,7 +119,7 @@ def test_twenty_tabs_closed_mid_prefill_leak_no_slot_and_twenty_visitors_are_ser
     monkeypatch.setattr(LiveSessions, "admit", counted_admit)
     delays_s = random.Random(0).uniform
     with serving(model, HOSTED) as (url, served):
-        for i in range(20):
+        for i in range(TABS_CLOSED):
             page = visitor(url, f"10.0.0.{i}")
             page.locator("#prefill-btn").click()
             pressed = time.monotonic()
@@ -129,9 +130,9 @@ def test_twenty_tabs_closed_mid_prefill_leak_no_slot_and_twenty_visitors_are_ser
             # its prefill ends; a session kept (the page closed after it) is freed by the page's unload
             assert wait_until(lambda n=i + 1: len(admitted) == n and len(served.live) == 0, 10), (i, admitted)
         mid_prefill = admitted.count(False)
-        print(f"\n20 tabs closed 0.1-1.5 s after Prefill: {mid_prefill} prefills finished after their page "
-              f"closed (not kept), live sessions {len(served.live)}")
-        assert len(served.live) == 0 and mid_prefill >= 10
+        print(f"\n{TABS_CLOSED} tabs closed 0.1-1.5 s after Prefill: {mid_prefill} prefills finished after their "
+              f"page closed (not kept), live sessions {len(served.live)}")
+        assert len(served.live) == 0 and mid_prefill >= TABS_CLOSED // 2
 
         slow.clear()
         # nineteen new visitors over plain HTTP (a page load costs seconds here) and one in a page
