@@ -4,10 +4,12 @@ go to artifacts/e2e/lesson-<page>.png."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from explorer.lesson import PAGES
@@ -25,6 +27,9 @@ PLOTS = {"forward": "forward-plot", "journey": "journey-plot", "attention": "att
 DRAWN = """([id, step]) => { const g = document.querySelector('#' + id + ' .js-plotly-plot');
                              return !!(g && g.layout && g.layout.meta && g.layout.meta.step === step); }"""
 TITLE = "id => document.querySelector('#' + id + ' .js-plotly-plot').layout.title.text"
+FITS = """id => { const f = document.querySelector('#' + id + ' .js-plotly-plot').getBoundingClientRect();
+                  const t = document.querySelector('#lesson-text').getBoundingClientRect();
+                  return f.top >= 0 && f.bottom <= innerHeight && f.height >= 360 && t.top >= 0 && t.bottom <= f.top; }"""
 
 
 def prefill(page, prompt: str) -> None:
@@ -55,7 +60,10 @@ def test_the_lesson_turns_its_pages_by_key_each_with_its_view_drawn(open_app):
         page.wait_for_function(DRAWN, arg=[PLOTS[lesson_page.view], None if experiment else 1], timeout=TIMEOUT_MS)
         tab = page.get_by_role("tab", name=TAB_NAMES[lesson_page.view], exact=True)
         expect(tab).to_have_attribute("aria-selected", "true")
-        # the page's text and its figure on the one screen, the figure whole
+        # the page's text and its figure on the one screen, the figure whole, once the page has fitted the
+        # figure to the room the new text leaves (it refits as the text reflows)
+        with contextlib.suppress(PlaywrightTimeoutError):  # if it never fits, the asserts below say how
+            page.wait_for_function(FITS, arg=PLOTS[lesson_page.view], timeout=10_000)
         figure = page.locator(f"#{PLOTS[lesson_page.view]} .js-plotly-plot").bounding_box()
         text = page.locator("#lesson-text").bounding_box()
         assert figure["y"] >= 0 and figure["y"] + figure["height"] <= 720 and figure["height"] >= 360, \
