@@ -56,7 +56,8 @@ function whenReady(start) {
 // scaled down to the room (a CSS transform, which Plotly's hover and zoom follow), as it is in a room
 // narrower than a view's --figure-min-width; in a taller room it is drawn taller. The fit is set before
 // Plotly draws a figure (no second draw) and again when the room changes (a resize, the lesson's
-// panel, the token strip's rows, full screen), checked four times a second. The height it takes is
+// panel, the token strip's rows, full screen): at once where an element above the figure changes its
+// height, and checked four times a second. The height it takes is
 // the CSS variable --figure-height, which bounds the text boxes beside a figure (the lab's).
 const MIN_FIGURE_PX = 360;
 const FIT_MARGIN_PX = 12;  // under the figure: its block's padding
@@ -104,7 +105,26 @@ window.explorerFullscreen = () => {
 };
 document.addEventListener("fullscreenchange", () => fitFigure(shownFigure()));
 window.addEventListener("resize", () => fitFigure(shownFigure()));
-whenReady(() => setInterval(() => fitFigure(shownFigure()), 250));
+// The room changes as soon as anything above the figure changes its height (the status line and the
+// token strip's rows as a step's tokens arrive, after its figure is drawn): every element above the
+// figure is watched, and the figure refitted before the next paint.
+const roomWatch = new ResizeObserver(() => fitFigure(shownFigure()));
+const watchedAbove = new WeakSet();
+function watchRoom(figure) {
+  for (let node = figure; node && node !== document.body; node = node.parentElement) {
+    for (let above = node.previousElementSibling; above; above = above.previousElementSibling) {
+      if (!watchedAbove.has(above)) {
+        watchedAbove.add(above);
+        roomWatch.observe(above);
+      }
+    }
+  }
+}
+whenReady(() => setInterval(() => {
+  const figure = shownFigure();
+  watchRoom(figure);
+  fitFigure(figure);
+}, 250));
 
 // A zoom or pan survives the next step. Gradio 6 draws each new figure in a new plot element (its
 // Plot component is keyed on the value), so Plotly's own layout.uirevision, which keeps what a person
@@ -194,6 +214,7 @@ function watchPlotly(plotly) {
       element.dataset.ownHeight = String(own);
       if (fit) {
         placeFigure(element, fit);
+        watchRoom(element);
         Object.assign(layout, { width: fit.width, height: fit.height });
       }
     }
