@@ -1,8 +1,10 @@
 """Tensor parallelism (Megatron-LM, Shoeybi et al. 2019): each decoder layer's Q, K and V projections
 and the MLP's gate and up projections split by columns (attention heads and d_ff across the ranks),
 the O and down projections by rows, so each layer needs two all-reduces of the [B, T, d] residual a
-step. The result of running it over R processes (`explorer.runner.lab.tensor`), the check that R
-divides every split (made before any process starts), its lines for the CLI and its lesson text.
+step; the embedding is split by vocabulary rows (one more all-reduce of its [B, T, d] lookups) and the
+LM head by vocabulary (one all-gather of the [B, T, V / R] logits). The result of running it over R
+processes (`explorer.runner.lab.tensor`), the check that R divides every split (made before any process
+starts), its lines for the CLI and its lesson text.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from explorer.figures.theme import si_text
 from explorer.lab.prefix import shape_text
 
 ALL_REDUCES_PER_LAYER = 2  # after the O projection, after the down projection
+EMBEDDING_ALL_REDUCES = 1  # after the vocabulary-parallel embedding's lookups
+LOGITS_GATHER = "all_gather_into_tensor"  # the vocabulary-parallel LM head's logits, gathered
 # The stops of a Llama-style layer each rank records: (module under the layer, its input or output,
 # name, whether tensor parallelism splits it across the ranks)
 STOPS = (
@@ -87,7 +91,9 @@ class RankRun:
         rank: its index, 0..R - 1.
         pid: its process id.
         stops: (stop, its local shape) through layer 0 in the prefill, in order (measured by hooks).
-        weights: (projection, its local weight shard's shape [out, in]) of layer 0 (measured).
+        weights: (projection, its local weight shard's shape [out, in]) of layer 0, then the
+            embedding's and the LM head's [V / R, d] (measured; a V that R does not divide leaves
+            the last ranks a row fewer).
         kv_shape: [B, h_kv / R, T, d_h], layer 0's cached keys on this rank after the prefill (measured).
         steps: every collective of each step, step 0 the prefill, then one per decode step.
         step_ms: each step's wall time on this rank (measured).
@@ -114,7 +120,7 @@ class TensorParallelResult:
 
     Attributes:
         ranks: R.
-        layers, hidden, head_dim: L, d and d_h of the model.
+        layers, hidden, head_dim, vocab: L, d, d_h and V of the model.
         splits: `split_dims` of the model (what R divides).
         prompt_tokens: T, the prefill's tokens (batch B = 1).
         element_bytes: bytes of one activation element (the model's dtype).
@@ -132,6 +138,7 @@ class TensorParallelResult:
     layers: int
     hidden: int
     head_dim: int
+    vocab: int
     splits: dict[str, int]
     prompt_tokens: int
     element_bytes: int
@@ -143,13 +150,26 @@ class TensorParallelResult:
     pieces: tuple[str, ...]
     dtype: str
 
+    @property
+    def all_reduces(self) -> int:
+        """2L + 1: the all-reduces of a step (two a layer, one after the embedding; computed)."""
+        return ALL_REDUCES_PER_LAYER * self.layers + EMBEDDING_ALL_REDUCES
+
     def formula_bytes(self, step: int) -> int:
-        """2·L·B·T·d·bytes: the all-reduces' payload a step (computed; T = 1 for a decode step); 0 at R = 1,
-        where a rank's partial sum is already the whole and DTensor runs no all-reduce."""
+        """(2L + 1)·B·T·d·bytes: the all-reduces' payload a step (computed; T = 1 for a decode step); 0 at
+        R = 1, where a rank's partial sum is already the whole and DTensor runs no all-reduce."""
         if self.ranks == 1:
             return 0
         tokens = self.prompt_tokens if step == 0 else 1
-        return ALL_REDUCES_PER_LAYER * self.layers * tokens * self.hidden * self.element_bytes
+        return self.all_reduces * tokens * self.hidden * self.element_bytes
+
+    def gather_formula_bytes(self, step: int) -> int:
+        """B·T·⌈V / R⌉·bytes: the logits each rank gives the LM head's all-gather a step (computed; a V
+        that R does not divide is padded to R equal shards); 0 at R = 1."""
+        if self.ranks == 1:
+            return 0
+        tokens = self.prompt_tokens if step == 0 else 1
+        return tokens * -(-self.vocab // self.ranks) * self.element_bytes
 
     def measured_bytes(self, step: int, kind: str = "all_reduce") -> int:
         """The payload of rank 0's collectives of `kind` in step `step`, bytes (measured)."""
@@ -191,8 +211,11 @@ class TensorParallelResult:
         for step, label in ((0, f"prefill (T = {r.prompt_tokens})"), (1, "decode step (T = 1)")):
             if step < len(first.steps):
                 counts = ", ".join(f"{n} x {kind}" for kind, n in r.counts(step).items()) or "none"
-                out.append(f"{label}: {counts}, {si_text(r.measured_bytes(step), 'B')} measured; "
-                           f"2·L·B·T·d·bytes = {si_text(r.formula_bytes(step), 'B')} computed")
+                out += [f"{label}: {counts}",
+                        f"  all-reduces {si_text(r.measured_bytes(step), 'B')} measured; "
+                        f"(2L + 1)·B·T·d·bytes = {si_text(r.formula_bytes(step), 'B')} computed",
+                        f"  the logits' all-gather {si_text(r.measured_bytes(step, LOGITS_GATHER), 'B')} a rank "
+                        f"measured; B·T·⌈V/R⌉·bytes = {si_text(r.gather_formula_bytes(step), 'B')} computed"]
         out.append(self._time_line())
         out.append(f"logits against one process: max |Δ| {r.max_abs_diff:.2g} (largest |logit| {r.max_abs_logit:.3g}); "
                    f"greedy tokens {'identical' if r.same_tokens else 'DIFFER'}: "
@@ -210,7 +233,7 @@ class TensorParallelResult:
 def lesson_text(result: TensorParallelResult) -> str:
     """The lesson page: what each rank holds, what it sends and what that cost, from the run's numbers."""
     r, first = result, result.runs[0]
-    stops = dict(first.stops)
+    stops, weights = dict(first.stops), dict(first.weights)
     q, k = stops["Q (q_proj out)"], stops["K (k_proj out)"]
     gate = stops["gate (gate_proj out)"]
     heads_q, heads_kv = q[-1] // r.head_dim, k[-1] // r.head_dim
@@ -224,10 +247,16 @@ def lesson_text(result: TensorParallelResult) -> str:
         f"({shape_text(gate)} of d_ff = {r.splits['MLP width d_ff']}). Attention and the MLP then run on the "
         "rank's own heads and columns with no communication. The O and down projections are split by rows: "
         "each rank's product is a partial sum of the full [B, T, d] output, and an **all-reduce** adds them. "
-        f"That is **{r.counts(0).get('all_reduce', 0)} all-reduces a step** (2 a layer, L = {r.layers}), "
-        f"{si_text(r.measured_bytes(0), 'B')} in the prefill of {r.prompt_tokens} tokens and "
+        f"The embedding is split by vocabulary rows (each rank holds {shape_text(weights['embed_tokens'])} of "
+        f"V = {r.vocab}): a rank looks up only the ids in its rows and one more all-reduce adds the lookups. "
+        f"That is **{r.counts(0).get('all_reduce', 0)} all-reduces a step** (2 a layer, L = {r.layers}, and 1 "
+        f"after the embedding), {si_text(r.measured_bytes(0), 'B')} in the prefill of {r.prompt_tokens} tokens and "
         f"{si_text(r.measured_bytes(min(1, len(first.steps) - 1)), 'B')} a decode step (measured), "
-        f"as 2·L·B·T·d·bytes computes{' (0 at R = 1: one rank holds the whole sum)' if r.ranks == 1 else ''}. Here, on one CPU over loopback, the collectives took "
+        f"as (2L + 1)·B·T·d·bytes computes{' (0 at R = 1: one rank holds the whole sum)' if r.ranks == 1 else ''}. "
+        f"The LM head is split by vocabulary too ({shape_text(weights['lm_head'])} on rank 0): each rank "
+        "computes the logits of its share of the tokens and an **all-gather** joins them "
+        f"({si_text(r.measured_bytes(0, LOGITS_GATHER), 'B')} from each rank in the prefill, measured). "
+        "Here, on one CPU over loopback, the collectives took "
         f"{prefill_comm / prefill:.0%} of the prefill ({prefill_comm:.1f} of {prefill:.1f} ms) and "
         f"{step_comm / step:.0%} of a decode step ({step_comm:.1f} of {step:.1f} ms, measured, the slowest rank; "
         "a collective's time includes waiting for the slowest rank). A decode step's all-reduces are small "

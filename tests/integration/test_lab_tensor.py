@@ -1,7 +1,8 @@
 """Tensor parallelism on a tiny random Llama whose every dimension is distinct (d = 48, h_q = 6,
 h_kv = 2, d_h = 10, d_ff = 38, L = 3, V = 101) over R = 2 real processes: each rank's shapes are the
-hand-computed slices, its collectives the two all-reduces a layer of 2·L·B·T·d·bytes, its logits one
-process's and its greedy tokens `generate`'s; an R that does not divide is refused before any
+hand-computed slices (the embedding and LM head split by vocabulary, 51 and 50 rows), its collectives
+the two all-reduces a layer and one after the embedding, (2L + 1)·B·T·d·bytes, and one all-gather of the
+logits, B·T·⌈V/R⌉·bytes, its logits one process's and its greedy tokens `generate`'s; an R that does not divide is refused before any
 process starts, and a rank that dies mid-run is a clear error that leaves no process or port behind."""
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from explorer.runner.lab.tensor_rank import FAIL_EXIT_CODE, FAIL_RANK_ENV
 
 PROMPT = "Hello there, how are you?"
 TOKENS = 5
-D, D_H, L, D_FF = 48, 10, 3, 38
+D, D_H, L, D_FF, V = 48, 10, 3, 38, 101
 
 
 @pytest.fixture(scope="module")
@@ -70,22 +71,26 @@ def test_each_ranks_shapes_are_its_slice_of_the_heads_and_the_mlp(result, ids):
         "down out, all-reduced": (1, t, D)}
     expected_weights = {"q_proj": (30, D), "k_proj": (10, D), "v_proj": (10, D), "o_proj": (D, 30),
                         "gate_proj": (19, D), "up_proj": (19, D), "down_proj": (D, 19)}
-    for run in result.runs:
+    for run, vocab_rows in zip(result.runs, (51, 50)):  # torch.chunk's split of V = 101 rows over 2 ranks
         assert dict(run.stops) == expected_stops and len(run.stops) == len(expected_stops)
-        assert dict(run.weights) == expected_weights
+        assert dict(run.weights) == {**expected_weights, "embed_tokens": (vocab_rows, D), "lm_head": (vocab_rows, D)}
         assert run.kv_shape == (1, 1, t, D_H)  # one of the two KV heads cached on each rank
 
 
-def test_every_step_runs_two_all_reduces_a_layer_of_the_formulas_bytes(result, ids):
+def test_every_step_runs_two_all_reduces_a_layer_and_the_ends_collectives_of_the_formulas_bytes(result, ids):
     t = len(ids)
     for run in result.runs:
         assert len(run.steps) == TOKENS  # the prefill, then TOKENS - 1 decode steps
         for step, calls in enumerate(run.steps):
             tokens = t if step == 0 else 1
-            assert [call.kind for call in calls] == ["all_reduce"] * (2 * L)
-            assert all(call.shape == (1, tokens, D) and call.payload_bytes == tokens * D * 4 for call in calls)
-            assert sum(call.payload_bytes for call in calls) == 2 * L * 1 * tokens * D * 4
-            assert result.formula_bytes(step) == 2 * L * tokens * D * 4 == result.measured_bytes(step)
+            reduces = [call for call in calls if call.kind == "all_reduce"]
+            assert [call.kind for call in calls] == ["all_reduce"] * (2 * L + 1) + ["all_gather_into_tensor"]
+            assert all(call.shape == (1, tokens, D) and call.payload_bytes == tokens * D * 4 for call in reduces)
+            assert sum(call.payload_bytes for call in reduces) == (2 * L + 1) * 1 * tokens * D * 4
+            assert result.formula_bytes(step) == (2 * L + 1) * tokens * D * 4 == result.measured_bytes(step)
+            gather = calls[-1].payload_bytes  # each rank's [B, T, V / R] logits, padded to ⌈V / R⌉ = 51
+            assert gather == tokens * 51 * 4 == result.gather_formula_bytes(step)
+            assert result.measured_bytes(step, "all_gather_into_tensor") == gather
             assert all(call.ms > 0 for call in calls) and run.comm_ms(step) < run.step_ms[step]
 
 
@@ -100,9 +105,9 @@ def test_the_logits_are_one_processs_and_the_tokens_generates(result, llama, ids
 
 def test_the_table_lesson_and_figure_say_what_was_measured(result, ids):
     lines = "\n".join(result.lines())
-    assert "prefill (T = %d): 6 x all_reduce" % len(ids) in lines and "greedy tokens identical" in lines
+    assert "prefill (T = %d): 7 x all_reduce, 1 x all_gather_into_tensor" % len(ids) in lines and "greedy tokens identical" in lines
     text = lesson_text(result)
-    assert "**3 of 6 query heads**" in text and "**1 of 2 KV heads**" in text and "**6 all-reduces a step**" in text
+    assert "**3 of 6 query heads**" in text and "**1 of 2 KV heads**" in text and "**7 all-reduces a step**" in text
     figure = fig_tensor(result)
     assert figure.layout.meta == {"view": "lab-tensor", "step": None}
     ranks = [trace for trace in figure.data if (trace.name or "").startswith("rank ")]

@@ -38,7 +38,8 @@ def fig_tensor(result: TensorParallelResult) -> go.Figure:
     _time_bars(fig, r, axes[(1, 2)])
     step, step_comm = r.decode_ms()
     title = (f"Tensor parallelism over {r.ranks} processes: {r.counts(0).get('all_reduce', 0)} all-reduces a step "
-             f"(2 a layer), {step_comm / step:.0%} of a decode step in collectives (measured); logits max |Δ| "
+             f"(2 a layer, 1 after the embedding) and an all-gather of the logits, {step_comm / step:.0%} of a decode "
+             f"step in collectives (measured); logits max |Δ| "
              f"{r.max_abs_diff:.1g} against one process, greedy tokens {'identical' if r.same_tokens else 'DIFFERENT'}")
     lab_frame(fig, "tensor", title, 430, legend=True, left=190, bottom=50)
     return set_layout(fig, barmode="overlay")  # every bar placed by its base
@@ -73,5 +74,5 @@ def _time_bars(fig: go.Figure, r: TensorParallelResult, cell: dict) -> None:
                          text=[f"compute<br>{ms - c:.0f} ms" for _, ms, c, _ in steps], textposition="inside", textangle=0,
                          insidetextanchor="middle", **cell))
     fig.add_trace(go.Bar(x=names, y=comm, base=compute, name="collectives", marker_color=COMM_COLOUR, showlegend=False,
-                         text=[f"all-reduces<br>{c:.0f} ms<br>{si_text(b, 'B')}" for _, _, c, b in steps],
+                         text=[f"collectives<br>{c:.0f} ms<br>{si_text(b, 'B')}" for _, _, c, b in steps],
                          textposition="inside", textangle=0, insidetextanchor="middle", **cell))

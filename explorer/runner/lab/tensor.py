@@ -65,7 +65,7 @@ def run_tensor(loaded: LoadedModel, prompt_ids: list[int], ranks: int = 3, token
         one_process = forward(model, list(prompt_ids) + chosen[:-1], None)  # every step's logits, [T + N - 1, V]
     delta = (outputs[0]["logits"] - one_process).abs()
     return TensorParallelResult(
-        ranks=ranks, layers=config["num_hidden_layers"], hidden=config["hidden_size"],
+        ranks=ranks, layers=config["num_hidden_layers"], hidden=config["hidden_size"], vocab=config["vocab_size"],
         head_dim=int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]),
         splits=split_dims(config), prompt_tokens=len(prompt_ids), element_bytes=loaded.model.dtype.itemsize,
         parent_pid=os.getpid(), runs=tuple(_rank_run(output) for output in outputs),

@@ -62,18 +62,25 @@ def run_rank(rank: int, world: int, port: int, workdir: str, prompt_ids: list[in
 
 
 def sharded_model(path: Path, world: int):
-    """The model saved at `path`, its base model parallelized over a CPU mesh of `world` ranks by its
-    config's tensor-parallel plan (the embedding, norms and LM head stay whole on every rank)."""
+    """The model saved at `path` parallelized over a CPU mesh of `world` ranks by transformers' own
+    tensor-parallel plan for it (`model._tp_plan`: its config's plan for the decoder layers and its
+    class's for the ends): the embedding split by vocabulary rows ("embedding_rowwise": each rank looks
+    up the ids in its rows, an all-reduce adds the [B, T, d] lookups), Q, K, V, gate and up by columns,
+    O and down by rows, and the LM head by vocabulary ("colwise_gather_output": each rank's logits of
+    its V / R tokens, all-gathered). The norms stay whole on every rank."""
     from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging
 
     logging.disable_progress_bar()  # R loading bars would bury the parent's output
     model = AutoModelForCausalLM.from_pretrained(path).eval()
-    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
-    plan = {name: styles[style]() for name, style in model.config.base_model_tp_plan.items()}
-    parallelize_module(model.base_model, init_device_mesh("cpu", (world,)), plan)
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel,
+              "embedding_rowwise": lambda: RowwiseParallel(input_layouts=Replicate()),
+              "colwise_gather_output": lambda: ColwiseParallel(output_layouts=Replicate())}
+    plan = {name: styles[style]() for name, style in model._tp_plan.items()}
+    parallelize_module(model, init_device_mesh("cpu", (world,)), plan)
     return model
 
 
@@ -110,6 +117,8 @@ def measure(model, rank: int, prompt_ids: list[int], tokens: int, eos_ids: list[
                                     ("v_proj", "self_attn.v_proj"), ("o_proj", "self_attn.o_proj"),
                                     ("gate_proj", "mlp.gate_proj"), ("up_proj", "mlp.up_proj"),
                                     ("down_proj", "mlp.down_proj"))]
+    weights += [("embed_tokens", tuple(_local(model.get_input_embeddings().weight).shape)),
+                ("lm_head", tuple(_local(model.get_output_embeddings().weight).shape))]
     result = {"rank": rank, "pid": os.getpid(), "stops": first_stops, "weights": weights, "kv_shape": kv_shape,
               "steps": steps, "step_ms": step_ms, "tokens": chosen}
     if rank == 0:
