@@ -254,7 +254,7 @@ def lesson_text(result: TensorParallelResult) -> str:
         f"{si_text(r.measured_bytes(min(1, len(first.steps) - 1)), 'B')} a decode step (measured), "
         f"as (2L + 1)·B·T·d·bytes computes{' (0 at R = 1: one rank holds the whole sum)' if r.ranks == 1 else ''}. "
         f"The LM head is split by vocabulary too ({shape_text(weights['lm_head'])} on rank 0): each rank "
-        "computes the logits of its share of the tokens and an **all-gather** joins them "
+        "computes the logits of its V / R entries of the vocabulary and an **all-gather** joins them "
         f"({si_text(r.measured_bytes(0, LOGITS_GATHER), 'B')} from each rank in the prefill, measured). "
         "Here, on one CPU over loopback, the collectives took "
         f"{prefill_comm / prefill:.0%} of the prefill ({prefill_comm:.1f} of {prefill:.1f} ms) and "
