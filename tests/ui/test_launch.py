@@ -157,3 +157,12 @@ def test_a_signal_stops_the_app_and_leaves_no_temporary_file(signum, tmp_path):
     finally:
         app.kill()
     assert [path for path in temp.rglob("*") if path.is_file()] == []
+
+
+@pytest.mark.parametrize("readme", ["README.md", "space/README.md"])
+def test_the_readmes_state_the_hosted_limits_the_app_applies(readme):
+    from explorer.ui.hosting import HOSTED
+
+    text = " ".join((ROOT / readme).read_text().split())  # a sentence may wrap anywhere
+    assert f"prompts up to {HOSTED.max_prompt_tokens} tokens" in text
+    assert f"{HOSTED.max_sessions} live sessions ({HOSTED.max_sessions_per_address} from one address)" in text
