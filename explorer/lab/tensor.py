@@ -175,6 +175,10 @@ class TensorParallelResult:
         """The payload of rank 0's collectives of `kind` in step `step`, bytes (measured)."""
         return sum(c.payload_bytes for c in self.runs[0].steps[step] if c.kind == kind)
 
+    def sent_bytes(self, step: int) -> int:
+        """The payload of all of rank 0's collectives in step `step`, every kind, bytes (measured)."""
+        return sum(c.payload_bytes for c in self.runs[0].steps[step])
+
     def counts(self, step: int) -> dict[str, int]:
         """{kind: how many} of rank 0's collectives in step `step` (measured)."""
         kinds = [collective.kind for collective in self.runs[0].steps[step]]

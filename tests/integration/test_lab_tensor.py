@@ -91,6 +91,7 @@ def test_every_step_runs_two_all_reduces_a_layer_and_the_ends_collectives_of_the
             gather = calls[-1].payload_bytes  # each rank's [B, T, V / R] logits, padded to ⌈V / R⌉ = 51
             assert gather == tokens * 51 * 4 == result.gather_formula_bytes(step)
             assert result.measured_bytes(step, "all_gather_into_tensor") == gather
+            assert result.sent_bytes(step) == result.measured_bytes(step) + gather
             assert all(call.ms > 0 for call in calls) and run.comm_ms(step) < run.step_ms[step]
 
 

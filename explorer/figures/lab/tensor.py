@@ -63,10 +63,11 @@ def _shape_bars(fig: go.Figure, r: TensorParallelResult, cell: dict) -> None:
 
 
 def _time_bars(fig: go.Figure, r: TensorParallelResult, cell: dict) -> None:
-    """Compute and collectives as shares of the prefill and of a decode step, ms and bytes as text."""
-    steps = [("prefill", *r.prefill_ms(), r.measured_bytes(0))]
+    """Compute and collectives as shares of the prefill and of a decode step, ms and rank 0's bytes (every
+    collective's) as text."""
+    steps = [("prefill", *r.prefill_ms(), r.sent_bytes(0))]
     if len(r.runs[0].steps) > 1:
-        steps.append(("decode step", *r.decode_ms(), r.measured_bytes(1)))
+        steps.append(("decode step", *r.decode_ms(), r.sent_bytes(1)))
     names = [f"{name}<br>{ms:.0f} ms" for name, ms, *_ in steps]
     compute = [100 * (ms - comm) / ms for _, ms, comm, _ in steps]
     comm = [100 * comm / ms for _, ms, comm, _ in steps]
