@@ -170,13 +170,13 @@ class ExpertParallelResult:
         grid = [[0] * self.dims["experts E"] for _ in range(self.ranks)]
         for run in self.runs:
             for source, counts in enumerate(run.received[step][moe]):
-                grid[source][run.experts[0]:run.experts[1]] = [
-                    a + b for a, b in zip(grid[source][run.experts[0]:run.experts[1]], counts)]
+                for local, rows in enumerate(counts):
+                    grid[source][run.experts[0] + local] += rows
         return grid
 
     def per_expert(self, step: int, moe: int) -> list[int]:
         """[E]: the rows each expert computed (measured)."""
-        return [sum(column) for column in zip(*self.measured(step, moe))]
+        return [sum(column) for column in zip(*self.measured(step, moe), strict=True)]
 
     def formula_bytes(self, step: int, moe: int) -> int:
         """(pairs routed off their rank)·d·bytes: a dispatch all-to-all's bytes over all ranks (computed
@@ -255,8 +255,9 @@ class ExpertParallelResult:
         out.append(f"time (measured, slowest rank): prefill {prefill:.1f} ms, {prefill_comm:.1f} ms in collectives "
                    f"({prefill_comm / prefill:.0%}); decode step {step:.1f} ms (median), {step_comm:.1f} ms in "
                    f"collectives ({step_comm / step:.0%})")
-        out.append(f"logits against one process: max |Δ| {r.max_abs_diff:.2g} (largest |logit| {r.max_abs_logit:.3g}); "
-                   f"greedy tokens {'identical' if r.same_tokens else 'DIFFER'}: {''.join(r.pieces[r.prompt_tokens:])!r}")
+        out.append(f"logits against one process: max |Δ| {r.max_abs_diff:.2g} (largest |logit| "
+                   f"{r.max_abs_logit:.3g}); greedy tokens {'identical' if r.same_tokens else 'DIFFER'}: "
+                   f"{''.join(r.pieces[r.prompt_tokens:])!r}")
         return out
 
 

@@ -137,7 +137,7 @@ def test_the_table_lesson_and_figure_say_what_was_measured(result, ids):
     heat = next(trace for trace in figure.data if trace.type == "heatmap")
     assert [list(row) for row in heat.z] == result.measured(0, 0) and list(heat.x) == [f"e{e}" for e in range(E)]
     bars = [trace for trace in figure.data if trace.type == "bar"]
-    assert [trace.name for trace in bars] == ["compute", "all-to-alls", "all-gather"]
+    assert [trace.name for trace in bars] == ["compute", "all-to-alls (ms, bytes sent off-rank)", "all-gather"]
     assert all(len(trace.y) == L for trace in bars)
 
 

@@ -51,8 +51,9 @@ def _routing_map(fig: go.Figure, r: ExpertParallelResult, cell: dict) -> None:
     grid, per = r.measured(0, 0), r.per_rank
     experts = [f"e{e}" for e in range(r.dims["experts E"])]
     senders = [f"from rank {s}" for s in range(r.ranks)]
-    hover = [[f"{n} pairs of rank {s}'s tokens to expert {e} on rank {e // per}"
-              f" ({'stayed' if e // per == s else 'crossed'})" for e, n in enumerate(row)] for s, row in enumerate(grid)]
+    hover = [[f"{n} pairs of rank {s}'s tokens to expert {e} on rank {e // per} "
+              f"({'stayed' if e // per == s else 'crossed'})" for e, n in enumerate(row)]
+             for s, row in enumerate(grid)]
     fig.add_trace(go.Heatmap(z=grid, x=experts, y=senders, text=[[str(n) for n in row] for row in grid],
                              texttemplate="%{text}", customdata=hover, hovertemplate="%{customdata}<extra></extra>",
                              colorscale=COUNT_COLOURS, showscale=False, xgap=2, ygap=2, name="pairs", **cell))
@@ -73,8 +74,8 @@ def _layer_bars(fig: go.Figure, r: ExpertParallelResult, cell: dict) -> None:
     sent = {layer: r.measured_bytes(0, moe) + r.measured_bytes(0, moe, "combine")
             for moe, layer in enumerate(r.moe_layers)}
     parts = (("compute", 0, PREFILL_COLOUR, lambda layer, ms: f"{ms:.1f} ms"),
-             ("all-to-alls", 1, COMM_COLOUR, lambda layer, ms: f"{ms:.1f} ms<br>{si_text(sent[layer], 'B')} off-rank"
-              if layer in sent else ""),
+             ("all-to-alls (ms, bytes sent off-rank)", 1, COMM_COLOUR,
+              lambda layer, ms: f"{ms:.1f} ms<br>{si_text(sent[layer], 'B')}" if layer in sent else ""),
              ("all-gather", 2, GATHER_COLOUR, lambda layer, ms: f"{ms:.1f} ms" if layer in sent else ""))
     for name, index, colour, label in parts:
         fig.add_trace(go.Bar(x=names, y=[t[index] for t in times], name=name, marker_color=colour,

@@ -177,8 +177,8 @@ def measure(model, blocks: dict, recorder: list, rank: int, prompt_ids: list[int
         handle.remove()
     block = blocks[min(blocks)]
     result = {"rank": rank, "pid": os.getpid(), "experts": (block.first, block.first + block.per_rank),
-              "weights": [("gate_up_proj", tuple(block.gate_up_proj.shape)), ("down_proj", tuple(block.down_proj.shape)),
-                          ("router", tuple(block.gate.weight.shape))],
+              "weights": [("gate_up_proj", tuple(block.gate_up_proj.shape)),
+                          ("down_proj", tuple(block.down_proj.shape)), ("router", tuple(block.gate.weight.shape))],
               "steps": steps, "layer_ms": layer_ms, "step_ms": step_ms, "tokens": chosen,
               "received": [[blocks[index].received[step] for index in sorted(blocks)] for step in range(len(steps))]}
     if rank == 0:
