@@ -13,6 +13,8 @@ from explorer.lab.experts import ExpertParallelResult
 
 GATHER_COLOUR = "#CC79A7"
 COUNT_COLOURS = [[0, "#f7fbff"], [1, "#08306b"]]
+LABEL_SHARE = 0.15  # a bar segment is labelled where it is this much of the tallest layer's bar, or more
+MOST_LABELLED = 8  # layers whose bars are wide enough for a label
 
 
 def fig_experts(result: ExpertParallelResult) -> go.Figure:
@@ -43,7 +45,7 @@ def fig_experts(result: ExpertParallelResult) -> go.Figure:
              f"{comm / prefill:.0%} of the prefill in collectives; logits max |Δ| {r.max_abs_diff:.1g} against "
              f"one process, greedy tokens {'identical' if r.same_tokens else 'DIFFERENT'}")
     lab_frame(fig, "experts", title, 430, legend=True, left=90, bottom=80)
-    return set_layout(fig, barmode="stack", uniformtext={"minsize": 10, "mode": "hide"})
+    return set_layout(fig, barmode="stack")
 
 
 def _routing_map(fig: go.Figure, r: ExpertParallelResult, cell: dict) -> None:
@@ -77,10 +79,13 @@ def _layer_bars(fig: go.Figure, r: ExpertParallelResult, cell: dict) -> None:
              ("all-to-alls (ms, bytes sent off-rank)", 1, COMM_COLOUR,
               lambda layer, ms: f"{ms:.1f} ms<br>{si_text(sent[layer], 'B')}" if layer in sent else ""),
              ("all-gather", 2, GATHER_COLOUR, lambda layer, ms: f"{ms:.1f} ms" if layer in sent else ""))
-    for name, index, colour, label in parts:
-        fig.add_trace(go.Bar(x=names, y=[t[index] for t in times], name=name, marker_color=colour,
-                             text=[label(layer, t[index]) for layer, t in enumerate(times)], textposition="inside",
-                             textangle=0, insidetextanchor="middle", **cell))
+    tallest = max(sum(t) for t in times)
+    for name, index, colour, label in parts:  # a label only where it fits at a readable size (hover has all)
+        text = [label(layer, t[index]) if t[index] >= LABEL_SHARE * tallest and r.layers <= MOST_LABELLED else ""
+                for layer, t in enumerate(times)]
+        fig.add_trace(go.Bar(x=names, y=[t[index] for t in times], name=name, marker_color=colour, text=text,
+                             textposition="inside", textangle=0, insidetextanchor="middle",
+                             hovertemplate=f"%{{x}}: {name} %{{y:.1f}} ms<extra></extra>", **cell))
     fig.layout[_axis(cell, "y")].update(title={"text": "ms (measured)"}, rangemode="tozero")
 
 
