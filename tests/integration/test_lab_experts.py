@@ -173,6 +173,7 @@ def test_a_dense_model_runs_the_tiny_random_moe_labelled_so_and_one_rank_sends_n
     assert one.random_weights and one.dims == {"experts E": 8, "per token k": 2, "expert width f": 32}
     assert one.moe_layers == (0, 1, 2, 3) and [run.experts for run in one.runs] == [(0, 8)]
     assert one.counts_match() and one.same_tokens and one.max_abs_diff < 1e-5 * max(1.0, one.max_abs_logit)
-    assert all(one.measured_bytes(step, moe) == 0 == one.formula_bytes(step, moe) for step in range(2) for moe in range(4))
+    assert all(one.measured_bytes(step, moe) == 0 == one.formula_bytes(step, moe)
+               for step in range(2) for moe in range(4))
     shown = ["\n".join(one.lines()), lesson_text(one), fig_experts(one).layout.title.text.replace("<br>", " ")]
     assert all("a tiny Qwen3-MoE (random weights, seeded)" in text for text in shown)
