@@ -267,6 +267,7 @@ def lesson_text(result: ExpertParallelResult) -> str:
     r, first = result, result.runs[0]
     e, k = r.dims["experts E"], r.dims["per token k"]
     grid, per_expert = r.measured(0, 0), r.per_expert(0, 0)
+    loads = [sum(per_expert[q * r.per_rank:(q + 1) * r.per_rank]) for q in range(r.ranks)]  # rows per rank
     pairs = r.prompt_tokens * k
     off = sum(n for source, row in enumerate(grid) for expert, n in enumerate(row) if expert // r.per_rank != source)
     prefill, prefill_comm = r.step_time(0)
@@ -289,8 +290,10 @@ def lesson_text(result: ExpertParallelResult) -> str:
         f"the next layer's attention. Here, on one CPU over loopback, the collectives took "
         f"{prefill_comm / prefill:.0%} of the prefill ({prefill_comm:.1f} of {prefill:.1f} ms) and "
         f"{step_comm / step:.0%} of a decode step ({step_comm:.1f} of {step:.1f} ms, measured, the slowest rank; "
-        "a collective's time includes waiting for the slowest rank). A rank's experts do work only for the "
-        "tokens routed to them: an unlucky rank whose experts are popular is the one the others wait for. "
+        "a collective's time includes waiting for the slowest rank). A rank's experts compute only the rows "
+        f"routed to them: in layer {layer}'s prefill {', '.join(f'rank {q} {n}' for q, n in enumerate(loads))} "
+        f"of {pairs} rows (measured), so the busiest rank, **{max(loads) / (pairs / r.ranks):.2f}× an even share**, "
+        "sets the pace the others wait for (what an engine's load-balancing loss and capacity factor are for). "
         f"The logits agree with one process's to **{r.max_abs_diff:.1g}** (largest |logit| {r.max_abs_logit:.3g}: "
         f"the k experts' outputs are added in another order) and the greedy tokens are "
         f"**{'the same' if r.same_tokens else 'different'}**."

@@ -132,6 +132,10 @@ def test_the_table_lesson_and_figure_say_what_was_measured(result, ids):
     assert "same as the one-process router's top-k (computed): yes" in lines and "greedy tokens identical" in lines
     text = lesson_text(result)
     assert "**experts 0-3**" in text and f"the {K * len(ids)} pairs of {len(ids)} tokens" in text
+    loads = [sum(map(sum, (row[:4] for row in result.measured(0, 0)))),
+             sum(map(sum, (row[4:] for row in result.measured(0, 0))))]  # the rows each rank's experts computed
+    assert f"rank 0 {loads[0]}, rank 1 {loads[1]} of {K * len(ids)} rows" in text
+    assert f"**{max(loads) / (K * len(ids) / 2):.2f}× an even share**" in text
     figure = fig_experts(result)
     assert figure.layout.meta == {"view": "lab-experts", "step": None}
     heat = next(trace for trace in figure.data if trace.type == "heatmap")
