@@ -18,13 +18,14 @@ import plotly.graph_objects as go
 from explorer.figures.lab.batching import fig_batching
 from explorer.figures.lab.chunked import fig_chunked
 from explorer.figures.lab.evict import fig_evict
+from explorer.figures.lab.experts_lab import fig_experts
 from explorer.figures.lab.kvquant import fig_kvquant
 from explorer.figures.lab.prefix import fig_prefix
 from explorer.figures.lab.quant import fig_quant
 from explorer.figures.lab.speculative import fig_speculative
 from explorer.figures.lab.tensor import fig_tensor
 from explorer.figures.lab.tiles import fig_tiles
-from explorer.lab import batching, chunked, evict, kvquant, prefix, quant, speculative, tensor, tiles
+from explorer.lab import batching, chunked, evict, experts, kvquant, prefix, quant, speculative, tensor, tiles
 from explorer.lab.params import LabParam
 
 
@@ -152,4 +153,14 @@ LAB = {experiment.name: experiment for experiment in (
                   help="processes the model is sharded over, each one thread"),
          LabParam("tokens", "Greedy tokens N", 8, 1, 64, help="tokens each rank decodes after the prefill")),
         fig_tensor, tensor.lesson_text, local_only=True),
+    Experiment(
+        "experts", "Expert parallelism over R processes",
+        "A mixture-of-experts model's experts spread over R processes (torch.distributed, gloo; the loaded model if "
+        "it is one, else a tiny Qwen3-MoE with random weights): the tokens each expert computed on each rank, the "
+        "all-to-alls that carry them there and back, their bytes against the router's counts, and the logits and "
+        "greedy tokens equal to one process's. Runs locally only, not on the hosted app.",
+        (LabParam("ranks", "Ranks R (processes; R divides the experts E)", 2, 1, 8,
+                  help="processes the experts are spread over, each one thread"),
+         LabParam("tokens", "Greedy tokens N", 6, 1, 64, help="tokens each rank decodes after the prefill")),
+        fig_experts, experts.lesson_text, local_only=True),
 )}
