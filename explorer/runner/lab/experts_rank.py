@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch import nn
 
-from explorer.runner.lab.tensor_rank import FAIL_EXIT_CODE, CollectiveRecorder, _loopback_interface
+from explorer.runner.lab.tensor_rank import FAIL_EXIT_CODE, CollectiveRecorder, _loopback_interface, warm_up_collectives
 
 FAIL_RANK_ENV = "EXPLORER_EXPERTS_FAIL_RANK"  # a rank that exits after its prefill (to test a death mid-run)
 
@@ -119,6 +119,7 @@ def run_rank(rank: int, world: int, port: int, workdir: str, prompt_ids: list[in
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     try:
         model, blocks, recorder = expert_parallel_model(Path(workdir) / "model", rank, world)
+        warm_up_collectives(world)
         result = measure(model, blocks, recorder, rank, prompt_ids, tokens, eos_ids)
         torch.save(result, Path(workdir) / f"rank{rank}.pt")
         dist.barrier()

@@ -54,11 +54,21 @@ def run_rank(rank: int, world: int, port: int, workdir: str, prompt_ids: list[in
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
     try:
         model = sharded_model(Path(workdir) / "model", world)
+        warm_up_collectives(world)
         result = measure(model, rank, prompt_ids, tokens, eos_ids)
         torch.save(result, Path(workdir) / f"rank{rank}.pt")
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def warm_up_collectives(world: int) -> None:
+    """One untimed all-reduce, all-gather and all-to-all of a few bytes on every rank, so the first
+    measured collective of each kind does not carry the time the ranks take to meet (one loads its
+    model later than another) nor gloo's first-call set-up."""
+    dist.all_reduce(torch.zeros(1))
+    dist.all_gather_into_tensor(torch.zeros(world), torch.zeros(1))
+    dist.all_to_all_single(torch.zeros(world), torch.zeros(world))
 
 
 def sharded_model(path: Path, world: int):
