@@ -18,8 +18,9 @@ from explorer.errors import ConfigError, ExplorerError
 from explorer.figures.lab.tensor import fig_tensor
 from explorer.lab.tensor import lesson_text
 from explorer.runner.lab import tensor as tensor_runner
+from explorer.runner.lab.processes import FAIL_EXIT_CODE
 from explorer.runner.lab.tensor import run_tensor
-from explorer.runner.lab.tensor_rank import FAIL_EXIT_CODE, FAIL_RANK_ENV
+from explorer.runner.lab.tensor_rank import FAIL_RANK_ENV
 
 PROMPT = "Hello there, how are you?"
 TOKENS = 5
