@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+import torch
+
 from explorer.errors import ConfigError
 from explorer.figures.theme import si_text
 from explorer.lab.prefix import shape_text
@@ -119,6 +121,8 @@ class PipelineResult:
         element_bytes: bytes of one activation element (the model's dtype).
         parent_pid: the process that started the stages.
         runs: each stage's measurements, by stage.
+        last_logits: each micro-batch's logits at the last position, from the last stage, [M, V]
+            float32 (measured).
         tokens: each micro-batch's greedy next token, from the last stage's logits.
         reference_token: the unsharded model's greedy next token in one process.
         max_abs_diff: max |Δlogit| of the last stage against one process, over micro-batch 0's every
@@ -137,6 +141,7 @@ class PipelineResult:
     element_bytes: int
     parent_pid: int
     runs: tuple[StageRun, ...]
+    last_logits: torch.Tensor
     tokens: tuple[int, ...]
     reference_token: int
     max_abs_diff: float

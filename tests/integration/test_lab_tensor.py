@@ -12,6 +12,7 @@ import os
 import psutil
 import pytest
 import torch
+from processes import children, listening
 from tiny_models import tiny_model
 
 from explorer.errors import ConfigError, ExplorerError
@@ -35,13 +36,6 @@ def llama():
 @pytest.fixture(scope="module")
 def ids(llama):
     return llama.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
-
-
-def children() -> set[int]:
-    """The pids of this process's live descendants, less multiprocessing's resource tracker (it lives as
-    long as we do)."""
-    return {child.pid for child in psutil.Process().children(recursive=True)
-            if child.is_running() and "resource_tracker" not in " ".join(child.cmdline())}
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +128,4 @@ def test_a_rank_that_dies_mid_run_is_a_clear_error_and_leaves_nothing_behind(lla
     with pytest.raises(ExplorerError, match=r"Rank [01] of 2 stopped mid-run: .*no process of the run is left "
                                             rf"\(exit codes by rank: 0: -?\d+, 1: {FAIL_EXIT_CODE}\)"):
         run_tensor(llama, ids, ranks=2, tokens=TOKENS)
-    assert children() - before == set()
-    listening = [c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == ports[0]
-                 and c.status == psutil.CONN_LISTEN]
-    assert listening == []
+    assert children() - before == set() and listening(ports[0]) == []

@@ -10,6 +10,7 @@ from explorer.figures.lab.frame import lab_frame
 from explorer.figures.lab.tensor import RANK_COLOURS
 from explorer.figures.theme import set_layout, si_text, subplot_grid
 from explorer.lab.pipeline import PipelineResult, layers_text
+from explorer.lab.prefix import shape_text
 
 IDLE_COLOUR = "#E5E5E5"
 FORMULA_COLOUR = "#999999"
@@ -35,10 +36,10 @@ def fig_pipeline(result: PipelineResult) -> go.Figure:
     fig = go.Figure(layout=layout)
     _timeline(fig, r, rows, axes[(1, 1)])
     _bubble_bars(fig, r, axes[(1, 2)])
-    sent = (f"{len(r.sends)} sends of {si_text(r.sends[0].payload_bytes, 'B')} ({'·'.join(map(str, r.sends[0].shape))} "
+    sent = (f"{len(r.sends)} sends of {si_text(r.sends[0].payload_bytes, 'B')} ({shape_text(r.sends[0].shape)} "
             "activations)" if r.sends else "no sends (one stage)")
     title = (f"Pipeline parallelism over {r.stages} processes, {r.microbatches} micro-batches (GPipe): bubble "
-             f"{r.bubble:.0%} measured, (S - 1)/(M + S - 1) = {float(r.formula_bubble):.0%} computed; {sent}; "
+             f"{r.bubble:.0%} measured, GPipe's (S - 1)/(M + S - 1) = {float(r.formula_bubble):.0%} computed; {sent}; "
              f"logits max |Δ| {r.max_abs_diff:.1g} against one process, next token "
              f"{'identical' if r.same_token else 'DIFFERENT'}")
     lab_frame(fig, "pipeline", title, 430, left=110, bottom=50)
