@@ -257,7 +257,8 @@ def lesson_text(result: PipelineResult) -> str:
         f"micro-batches shrink it. Stage {slowest.stage} was the busiest ({slowest.busy_ms:.0f} ms of compute, "
         f"measured{head}): the slowest stage sets the pace. A stage holds 1/S of the layers and sends activations "
         "only, no weights or partial sums; the price is the bubble and, for each request, the latency of all "
-        f"S stages one after another. The last stage's logits {agree} and every micro-batch's next token is **{'the same' if r.same_token else 'different'}**."
+        f"S stages one after another. The last stage's logits {agree} and every micro-batch's next token is "
+        f"**{'the same' if r.same_token else 'different'}**."
     )
 
 

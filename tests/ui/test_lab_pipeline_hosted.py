@@ -32,7 +32,8 @@ def no_process(monkeypatch):
 def test_hosted_mode_refuses_it_saying_it_runs_locally(model, no_process):
     served = Served.create(ModelRegistry(model), dataclasses.replace(HOSTED, allowed_models=()))
     visit = prefilled(served)
-    with pytest.raises(gr.Error, match=r"runs locally only, not on this shared app: `llm-explorer lab pipeline PROMPT`"):
+    with pytest.raises(gr.Error, match=r"runs locally only, not on this shared app: `llm-explorer lab pipeline "
+                                       r"PROMPT`"):
         handlers.on_lab_click(visit, "pipeline", 2, 2)
     assert visit.open and LAB["pipeline"].local_only and "Runs locally only" in LAB["pipeline"].what
 

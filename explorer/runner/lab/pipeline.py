@@ -62,8 +62,8 @@ def run_pipeline(loaded: LoadedModel, prompt_ids: list[int], stages: int = 3,
     return PipelineResult(
         stages=stages, microbatches=microbatches, layers=config.num_hidden_layers, hidden=config.hidden_size,
         vocab=config.vocab_size, prompt_tokens=len(prompt_ids), element_bytes=loaded.model.dtype.itemsize,
-        parent_pid=os.getpid(), runs=_stage_runs(outputs), last_logits=last["last_logits"], tokens=tuple(tokens), reference_token=reference,
-        max_abs_diff=float(delta.max()), max_abs_logit=float(one_process.abs().max()),
+        parent_pid=os.getpid(), runs=_stage_runs(outputs), last_logits=last["last_logits"], tokens=tuple(tokens),
+        reference_token=reference, max_abs_diff=float(delta.max()), max_abs_logit=float(one_process.abs().max()),
         pieces=pieces(loaded, [*prompt_ids, tokens[0]]), dtype=loaded.dtype)
 
 
