@@ -130,6 +130,13 @@ def test_an_s_above_l_or_an_m_out_of_range_is_refused_before_any_process_starts(
         run_pipeline(llama, ids, stages=stages, microbatches=microbatches)
 
 
+def test_a_model_without_an_embedding_layers_and_norm_stack_is_refused_before_any_process_starts(monkeypatch):
+    monkeypatch.setattr(pipeline_runner, "start_ranks", lambda *args, **kwargs: pytest.fail("a process was started"))
+    gpt2 = tiny_model("gpt2")  # its base model is wte, h and ln_f
+    with pytest.raises(ConfigError, match=r"This model's family \(gpt2\) is not split into stages here"):
+        run_pipeline(gpt2, gpt2.tokenizer("Hello")["input_ids"], stages=2, microbatches=2)
+
+
 def test_a_stage_that_dies_mid_run_is_a_clear_error_and_leaves_nothing_behind(llama, ids, monkeypatch):
     ports = []
     real_port = pipeline_runner.free_loopback_port

@@ -30,7 +30,7 @@ def run_pipeline(loaded: LoadedModel, prompt_ids: list[int], stages: int = 3,
 
     Args:
         loaded: a model with real weights whose base model is a stack of decoder layers between an
-            embedding and a final norm (Llama, Qwen2, Mistral, ...).
+            embedding and a final norm (Llama, Qwen2, Qwen3, Mistral, Gemma 3).
         prompt_ids: the prompt's token ids (T of them); each micro-batch is [1, T].
         stages: S, the processes, 1 to the model's L layers.
         microbatches: M, 1 to `MAX_MICROBATCHES`.
@@ -78,7 +78,7 @@ def check_stack(model) -> None:
     if missing or getattr(model, "lm_head", None) is None:
         raise ConfigError(f"This model's family ({model.config.model_type}) is not split into stages here: the "
                           "experiment runs models whose base model is an embedding, decoder layers and a final "
-                          "norm, with an LM head (the embedded model, Llama, Qwen2, Mistral).")
+                          "norm, with an LM head (the embedded model, Llama, Qwen2, Qwen3, Mistral, Gemma 3).")
 
 
 def _stage_runs(outputs: list[dict]) -> tuple[StageRun, ...]:
