@@ -182,12 +182,13 @@ class PipelineResult:
     def lines(self) -> list[str]:
         """The CLI's table."""
         r = self
-        out = [f"{r.stages} stages (processes {', '.join(str(run.pid) for run in r.runs)}; started by "
+        out = [f"{r.stages} stage{'s' if r.stages > 1 else ''} (process{'es' if r.stages > 1 else ''} "
+               f"{', '.join(str(run.pid) for run in r.runs)}; started by "
                f"{r.parent_pid}), one thread each, gloo on the CPU, {r.dtype}; {r.microbatches} micro-batches: a "
                f"batch of {r.microbatches} requests, each the prompt (T = {r.prompt_tokens}), one a micro-batch",
-               "stage  holds         and                  parameters  receives (measured)  sends (measured)"]
+               "stage  holds         and                             parameters  receives (measured)  sends (measured)"]
         for run in r.runs:
-            out.append(f"{run.stage:>5}  {layers_text(run.layers):<12}  {', '.join(run.holds) or '-':<19}  "
+            out.append(f"{run.stage:>5}  {layers_text(run.layers):<12}  {', '.join(run.holds) or '-':<30}  "
                        f"{si_text(run.parameters, ''):>10}  {_transfers_text(run.recvs):<19}  "
                        f"{_transfers_text(run.sends)}")
         sizes = sorted({send.payload_bytes for send in r.sends})
@@ -199,8 +200,8 @@ class PipelineResult:
         out.append("micro  " + "".join(f"{'stage ' + str(run.stage):>16}" for run in r.runs))
         for micro in range(r.microbatches):
             out.append(f"{micro:>5}  " + "".join(f"{_slot_text(run.slots, micro):>16}" for run in r.runs))
-        out.append(f"bubble: {r.bubble:.1%} of the {r.stages} stages × {r.makespan_ms:.1f} ms idle (measured); GPipe's "
-                   f"(S - 1)/(M + S - 1) = {_fraction_text(r.formula_bubble)} = {float(r.formula_bubble):.1%} "
+        out.append(f"bubble: {r.bubble:.1%} of the S = {r.stages} stages × {r.makespan_ms:.1f} ms idle (measured); "
+                   f"GPipe's (S - 1)/(M + S - 1) = {fraction_text(r.formula_bubble)} = {float(r.formula_bubble):.1%} "
                    "(computed: equal stages, free sends)")
         out.append(f"logits against one process: max |Δ| {r.max_abs_diff:.2g} (largest |logit| {r.max_abs_logit:.3g}); "
                    f"next token {'identical' if r.same_token else 'DIFFERS'} in every micro-batch: "
@@ -218,48 +219,62 @@ def _slot_text(slots: tuple[Slot, ...], micro: int) -> str:
     return f"{slot.start_ms:.1f}-{slot.end_ms:.1f}"
 
 
-def _fraction_text(value: Fraction) -> str:
-    return f"{value.numerator}/{value.denominator}"
+def fraction_text(value: Fraction) -> str:
+    """"1/3"; a whole number as itself ("0")."""
+    return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
 
 
 def lesson_text(result: PipelineResult) -> str:
     """The lesson page: what each stage holds, what crosses between stages, and the bubble, from the
     run's numbers."""
     r = result
+    if r.stages == 1:
+        return _one_stage_text(r)
     first, last = r.runs[0], r.runs[-1]
-    send = r.sends[0] if r.sends else None
+    send = r.sends[0]
     slowest = max(r.runs, key=lambda run: run.busy_ms)
-    holds = (f"stage 0 holds {layers_text(first.layers)} and the embedding, the last stage "
-             f"{layers_text(last.layers)}, the final norm and the LM head ({si_text(first.parameters, '')} and "
-             f"{si_text(last.parameters, '')} parameters, measured)" if r.stages > 1 else
-             f"the one stage holds all of them, the embedding, the final norm and the LM head "
-             f"({si_text(first.parameters, '')} parameters, measured)")
-    sent = (f"Between two stages only the residual stream crosses: micro-batch m's **{shape_text(send.shape)}** "
-            f"activations ({si_text(send.payload_bytes, 'B')} a send, measured; B_micro·T·d·bytes = "
-            f"{si_text(r.send_formula_bytes, 'B')} computed), **{len(r.sends)} sends** in the pass, (S - 1)·M. "
-            if send else "With one stage nothing is sent. ")
     head = (f"; it also runs the final norm and the LM head, d = {r.hidden} to V = {r.vocab}"
-            if slowest is last and r.stages > 1 else "")
-    agree = (f"agree with one process's to **{r.max_abs_diff:.1g}** (largest |logit| {r.max_abs_logit:.3g})"
-             if r.max_abs_diff else "are **bit for bit** one process's (the same operations in the same order, "
-             "split across processes)")
+            if slowest is last else "")
     return (
         f"**Pipeline parallelism over {r.stages} processes.** The model's {r.layers} layers are cut into "
-        f"contiguous ranges: {holds}. {sent}"
+        f"contiguous ranges: stage 0 holds {layers_text(first.layers)} and the embedding, the last stage "
+        f"{layers_text(last.layers)}, the final norm and the LM head ({si_text(first.parameters, '')} and "
+        f"{si_text(last.parameters, '')} parameters, measured). Between two stages only the residual stream "
+        f"crosses: micro-batch m's **{shape_text(send.shape)}** activations ({si_text(send.payload_bytes, 'B')} a "
+        f"send, measured; B_micro·T·d·bytes = {si_text(r.send_formula_bytes, 'B')} computed), "
+        f"**{len(r.sends)} sends** in the pass, (S - 1)·M. "
         f"The batch of {r.microbatches} requests (each the prompt, T = {r.prompt_tokens}) goes through as "
         f"**{r.microbatches} micro-batches** in GPipe's order: stage s computes micro-batch m as soon as it "
         "has it, while the next stage works on m - 1. At the start the later stages wait for their first "
         f"micro-batch (the last stage's arrived at {last.slots[0].start_ms:.0f} ms) and at the end the earlier "
         f"ones have nothing left (stage 0 finished at {first.slots[-1].end_ms:.0f} of {r.makespan_ms:.0f} ms): "
         f"the **bubble**, here **{r.bubble:.0%}** of the {r.stages} stages × {r.makespan_ms:.0f} ms (measured), "
-        f"against GPipe's (S - 1)/(M + S - 1) = {_fraction_text(r.formula_bubble)} = "
+        f"against GPipe's (S - 1)/(M + S - 1) = {fraction_text(r.formula_bubble)} = "
         f"**{float(r.formula_bubble):.0%}** (computed), which assumes equal stages and free sends; more "
         f"micro-batches shrink it. Stage {slowest.stage} was the busiest ({slowest.busy_ms:.0f} ms of compute, "
         f"measured{head}): the slowest stage sets the pace. A stage holds 1/S of the layers and sends activations "
         "only, no weights or partial sums; the price is the bubble and, for each request, the latency of all "
-        f"S stages one after another. The last stage's logits {agree} and every micro-batch's next token is "
-        f"**{'the same' if r.same_token else 'different'}**."
+        f"S stages one after another. {_agreement_text(r)}"
     )
+
+
+def _one_stage_text(r: PipelineResult) -> str:
+    return (
+        f"**Pipeline parallelism over one process.** With S = 1 there is no pipeline: the one stage holds all "
+        f"{r.layers} layers, the embedding, the final norm and the LM head ({si_text(r.runs[0].parameters, '')} "
+        f"parameters, measured) and sends nothing. Its {r.microbatches} micro-batches (each the prompt, "
+        f"T = {r.prompt_tokens}) run one after another, so the stage is idle **{r.bubble:.0%}** of the "
+        f"{r.makespan_ms:.0f} ms (measured; GPipe's (S - 1)/(M + S - 1) = 0, computed). Ask for S = 2 or more to "
+        f"see the activations sent between stages and the bubble. {_agreement_text(r)}"
+    )
+
+
+def _agreement_text(r: PipelineResult) -> str:
+    agree = (f"agree with one process's to **{r.max_abs_diff:.1g}** (largest |logit| {r.max_abs_logit:.3g})"
+             if r.max_abs_diff else "are **bit for bit** one process's (the same operations in the same "
+             "order)")
+    return (f"The last stage's logits {agree} and every micro-batch's next token is "
+            f"**{'the same' if r.same_token else 'different'}**.")
 
 
 def layers_text(layers: tuple[int, int]) -> str:

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from explorer.figures.lab.frame import lab_frame
 from explorer.figures.lab.tensor import RANK_COLOURS
 from explorer.figures.theme import set_layout, si_text, subplot_grid
-from explorer.lab.pipeline import PipelineResult, layers_text
+from explorer.lab.pipeline import PipelineResult, fraction_text, layers_text
 from explorer.lab.prefix import shape_text
 
 IDLE_COLOUR = "#E5E5E5"
@@ -38,7 +38,8 @@ def fig_pipeline(result: PipelineResult) -> go.Figure:
     _bubble_bars(fig, r, axes[(1, 2)])
     sent = (f"{len(r.sends)} sends of {si_text(r.sends[0].payload_bytes, 'B')} ({shape_text(r.sends[0].shape)} "
             "activations)" if r.sends else "no sends (one stage)")
-    title = (f"Pipeline parallelism over {r.stages} processes, {r.microbatches} micro-batches (GPipe): bubble "
+    processes = f"{r.stages} processes" if r.stages > 1 else "one process"
+    title = (f"Pipeline parallelism over {processes}, {r.microbatches} micro-batches (GPipe): bubble "
              f"{r.bubble:.0%} measured, GPipe's (S - 1)/(M + S - 1) = {float(r.formula_bubble):.0%} computed; {sent}; "
              f"logits max |Δ| {r.max_abs_diff:.1g} against one process, next token "
              f"{'identical' if r.same_token else 'DIFFERENT'}")
@@ -68,6 +69,6 @@ def _bubble_bars(fig: go.Figure, r: PipelineResult, cell: dict) -> None:
     """The measured bubble beside GPipe's formula, in % of the stage-time grid."""
     values = [100 * r.bubble, 100 * float(r.formula_bubble)]
     fig.add_trace(go.Bar(x=["measured", "GPipe"], y=values, marker_color=[MEASURED_COLOUR, FORMULA_COLOUR],
-                         text=[f"{values[0]:.0f}%", f"{r.formula_bubble.numerator}/{r.formula_bubble.denominator}"
-                               f"<br>{values[1]:.0f}%"], textposition="outside", cliponaxis=False,
+                         text=[f"{values[0]:.0f}%", f"{fraction_text(r.formula_bubble)}<br>{values[1]:.0f}%"],
+                         textposition="outside", cliponaxis=False,
                          name="bubble", **cell))
