@@ -75,6 +75,7 @@ class Slot:
 
     @property
     def ms(self) -> float:
+        """Its compute, ms (measured)."""
         return self.end_ms - self.start_ms
 
 
