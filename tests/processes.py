@@ -1,5 +1,6 @@
 """An app started as its own process (a Space's start, an installed command): a free loopback port,
-and waiting until the page is served."""
+and waiting until the page is served; and what a test of processes started by the code under test
+checks they left: this process's live descendants, and a port still listened on."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import socket
 import subprocess
 import time
 import urllib.request
+
+import psutil
 
 
 def free_port() -> int:
@@ -33,3 +36,16 @@ def wait_until_served(url: str, process: subprocess.Popen, timeout_s: float) -> 
         except OSError:
             time.sleep(0.5)  # a poll: the next try at the port (a process outside the browser, no `expect`)
     raise AssertionError(f"{process.args} did not serve {url} within {timeout_s} s")
+
+
+def children() -> set[int]:
+    """The pids of this process's live descendants, less multiprocessing's resource tracker (it lives as
+    long as we do)."""
+    return {child.pid for child in psutil.Process().children(recursive=True)
+            if child.is_running() and "resource_tracker" not in " ".join(child.cmdline())}
+
+
+def listening(port: int) -> list:
+    """The TCP sockets listening on `port` now."""
+    return [c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
+            and c.status == psutil.CONN_LISTEN]

@@ -20,12 +20,15 @@ from explorer.figures.lab.chunked import fig_chunked
 from explorer.figures.lab.evict import fig_evict
 from explorer.figures.lab.experts_lab import fig_experts
 from explorer.figures.lab.kvquant import fig_kvquant
+from explorer.figures.lab.pipeline import fig_pipeline
 from explorer.figures.lab.prefix import fig_prefix
 from explorer.figures.lab.quant import fig_quant
 from explorer.figures.lab.speculative import fig_speculative
 from explorer.figures.lab.tensor import fig_tensor
 from explorer.figures.lab.tiles import fig_tiles
-from explorer.lab import batching, chunked, evict, experts, kvquant, prefix, quant, speculative, tensor, tiles
+from explorer.lab import (
+    batching, chunked, evict, experts, kvquant, pipeline, prefix, quant, speculative, tensor, tiles,
+)
 from explorer.lab.params import LabParam
 
 
@@ -153,6 +156,17 @@ LAB = {experiment.name: experiment for experiment in (
                   help="processes the model is sharded over, each one thread"),
          LabParam("tokens", "Greedy tokens N", 8, 1, 64, help="tokens each rank decodes after the prefill")),
         fig_tensor, tensor.lesson_text, local_only=True),
+    Experiment(
+        "pipeline", "Pipeline parallelism over S processes",
+        "The model's layers split over S processes (torch.distributed, gloo), a contiguous range each, and a batch "
+        "of M requests (each the prompt) sent through them as M micro-batches in GPipe's order: the activations "
+        "each stage sends and their bytes, the schedule as it ran and its bubble against (S - 1)/(M + S - 1), and "
+        "the logits equal to one process's. Runs locally only, not on the hosted app.",
+        (LabParam("stages", "Stages S (processes; 1 to the model's L layers)", 3, 1, 8,
+                  help="processes the decoder's layers are split over, a contiguous range each, one thread each"),
+         LabParam("microbatches", "Micro-batches M (requests, each the prompt)", 4, 1, pipeline.MAX_MICROBATCHES,
+                  help="requests in the batch, one micro-batch each, sent through the stages one after another")),
+        fig_pipeline, pipeline.lesson_text, local_only=True),
     Experiment(
         "experts", "Expert parallelism over R processes",
         "A mixture-of-experts model's experts spread over R processes (torch.distributed, gloo; the loaded model if "

@@ -21,7 +21,7 @@ from explorer.lab.experts import lesson_text
 from explorer.runner.lab import experts as experts_runner
 from explorer.runner.lab.experts import run_experts
 from explorer.runner.lab.experts_rank import FAIL_RANK_ENV
-from explorer.runner.lab.tensor_rank import FAIL_EXIT_CODE
+from explorer.runner.lab.processes import FAIL_EXIT_CODE
 
 PROMPT = "Hello there, how are you?"
 TOKENS = 4

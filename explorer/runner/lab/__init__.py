@@ -10,6 +10,7 @@ from explorer.runner.lab.chunked import run_chunked
 from explorer.runner.lab.evict import run_evict
 from explorer.runner.lab.experts import run_experts
 from explorer.runner.lab.kvquant import run_kvquant
+from explorer.runner.lab.pipeline import run_pipeline
 from explorer.runner.lab.prefix import run_prefix
 from explorer.runner.lab.quant import run_quant
 from explorer.runner.lab.speculative import run_speculative
@@ -26,5 +27,6 @@ RUNNERS = {
     "kvquant": run_kvquant,
     "evict": run_evict,
     "tensor": run_tensor,
+    "pipeline": run_pipeline,
     "experts": run_experts,
 }

@@ -10,31 +10,25 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-import torch.multiprocessing as mp
-from torch.multiprocessing.spawn import ProcessException
 from transformers import AutoModelForCausalLM, Qwen3MoeConfig
 
-from explorer.errors import ExplorerError
 from explorer.families import traced_family
 from explorer.lab.experts import Exchange, ExpertParallelResult, ExpertRankRun, check_ranks_divide, moe_dims
 from explorer.runner.lab.common import check_runnable, forward, pieces
 from explorer.runner.lab.experts_rank import run_rank
-from explorer.runner.lab.tensor import (
+from explorer.runner.lab.processes import (
     COLLECTIVE_TIMEOUT_S,
     RUN_TIMEOUT_S,
-    _exit_codes,
-    _reason,
-    _reference_tokens,
-    _stop_all,
     free_loopback_port,
+    reference_tokens,
+    save_model,
+    start_ranks,
 )
 from explorer.runner.loaded import LoadedModel
-from explorer.runner.passes import model_pass
 
 RANDOM_SEED = 0
 # The tiny Qwen3-MoE run where the loaded model is dense: E = 8 experts (R = 1, 2, 4, 8 divide it), k = 2
@@ -69,12 +63,11 @@ def run_experts(loaded: LoadedModel, prompt_ids: list[int], ranks: int = 2, toke
     model = random_moe(loaded.model.config.vocab_size) if random_weights else loaded.model
     config = model.config.to_dict()
     with tempfile.TemporaryDirectory(prefix="explorer-experts-") as workdir:
-        with model_pass(model):  # one turn: no other page's traced pass has wrapped its modules
-            model.save_pretrained(Path(workdir) / "model")
-        start_ranks(ranks, (ranks, free_loopback_port(), workdir, list(prompt_ids), tokens,
+        save_model(model, workdir)
+        start_ranks(run_rank, ranks, (ranks, free_loopback_port(), workdir, list(prompt_ids), tokens,
                             list(loaded.eos_token_ids), COLLECTIVE_TIMEOUT_S))
         outputs = [torch.load(Path(workdir) / f"rank{rank}.pt") for rank in range(ranks)]
-    reference = _reference_tokens(model, prompt_ids, tokens, loaded.eos_token_ids)
+    reference = reference_tokens(model, prompt_ids, tokens, loaded.eos_token_ids)
     chosen = outputs[0]["tokens"]
     with routed(model) as ids:  # every step's logits [T + N - 1, V], each MoE layer's top-k [T + N - 1, k]
         one_process = forward(model, list(prompt_ids) + chosen[:-1], None)
@@ -111,29 +104,6 @@ def routed(model) -> Iterator[dict[int, torch.Tensor]]:
     finally:
         for handle in handles:
             handle.remove()
-
-
-def start_ranks(ranks: int, args: tuple, run_timeout_s: float = RUN_TIMEOUT_S) -> None:
-    """Run the experts' `run_rank(rank, *args)` in `ranks` spawned processes and wait for all of them;
-    whatever happens, none is left running (the tensor experiment's launcher, with this rank's work).
-
-    Raises:
-        ExplorerError: a rank raised or died (torch's launcher then stops the others), or the run
-            took longer than `run_timeout_s`.
-    """
-    context = mp.start_processes(run_rank, args=args, nprocs=ranks, join=False, start_method="spawn")
-    deadline = time.monotonic() + run_timeout_s
-    try:
-        while not context.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                raise ExplorerError(f"The {ranks} ranks did not finish within {run_timeout_s:.0f} s; they were "
-                                    "stopped.")
-    except ProcessException as exc:
-        raise ExplorerError(f"Rank {exc.error_index} of {ranks} stopped mid-run: {_reason(exc)}. The other ranks "
-                            f"were stopped and no process of the run is left (exit codes by rank: "
-                            f"{_exit_codes(context)}).") from None
-    finally:
-        _stop_all(context.processes)
 
 
 def _rank_run(output: dict) -> ExpertRankRun:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -18,7 +17,8 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch import nn
 
-from explorer.runner.lab.tensor_rank import FAIL_EXIT_CODE, CollectiveRecorder, _loopback_interface, warm_up_collectives
+from explorer.runner.lab.processes import die_if_asked, joined_group, warm_up_collectives
+from explorer.runner.lab.tensor_rank import CollectiveRecorder
 
 FAIL_RANK_ENV = "EXPLORER_EXPERTS_FAIL_RANK"  # a rank that exits after its prefill (to test a death mid-run)
 
@@ -113,18 +113,12 @@ class ExpertParallelMoe(nn.Module):
 def run_rank(rank: int, world: int, port: int, workdir: str, prompt_ids: list[int], tokens: int,
              eos_ids: list[int], timeout_s: float) -> None:
     """The rank's whole run; writes `workdir/rank<rank>.pt` (see `measure`)."""
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_interface())  # gloo's own sockets on loopback too
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
-    try:
+    with joined_group(rank, world, port, timeout_s):
         model, blocks, recorder = expert_parallel_model(Path(workdir) / "model", rank, world)
         warm_up_collectives(world)
         result = measure(model, blocks, recorder, rank, prompt_ids, tokens, eos_ids)
         torch.save(result, Path(workdir) / f"rank{rank}.pt")
         dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 def expert_parallel_model(path: Path, rank: int, world: int):
@@ -169,7 +163,7 @@ def measure(model, blocks: dict, recorder: list, rank: int, prompt_ids: list[int
                 out = model(input_ids=torch.tensor([ids]), cache=cache, use_cache=True).logits[0].float()
                 step_ms.append((time.perf_counter() - start) * 1e3)
             if not steps:
-                _die_if_asked(rank)
+                die_if_asked(FAIL_RANK_ENV, rank)
             steps.append(recorder[0].calls)
             logits.append(out)
             chosen.append(int(out[-1].argmax()))
@@ -202,8 +196,3 @@ def _waited(tensor: torch.Tensor) -> torch.Tensor:
     """A functional collective's result as a plain tensor (the recorder has already waited on it)."""
     return tensor.wait() if isinstance(tensor, funcol.AsyncCollectiveTensor) else tensor
 
-
-def _die_if_asked(rank: int) -> None:
-    """Exit at once, mid-run, where `FAIL_RANK_ENV` names this rank (a test's injected failure)."""
-    if os.environ.get(FAIL_RANK_ENV) == str(rank):
-        os._exit(FAIL_EXIT_CODE)

@@ -10,7 +10,6 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -18,9 +17,9 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from explorer.lab.tensor import STOPS
+from explorer.runner.lab.processes import die_if_asked, joined_group, warm_up_collectives
 
 FAIL_RANK_ENV = "EXPLORER_TENSOR_FAIL_RANK"  # a rank that exits after its prefill (to test a death mid-run)
-FAIL_EXIT_CODE = 17
 COLLECTIVES = {"all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "broadcast"}
 
 
@@ -48,27 +47,12 @@ class CollectiveRecorder(TorchDispatchMode):
 def run_rank(rank: int, world: int, port: int, workdir: str, prompt_ids: list[int], tokens: int,
              eos_ids: list[int], timeout_s: float) -> None:
     """The rank's whole run; writes `workdir/rank<rank>.pt` (see `measure`)."""
-    torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_interface())  # gloo's own sockets on loopback too
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
-    try:
+    with joined_group(rank, world, port, timeout_s):
         model = sharded_model(Path(workdir) / "model", world)
         warm_up_collectives(world)
         result = measure(model, rank, prompt_ids, tokens, eos_ids)
         torch.save(result, Path(workdir) / f"rank{rank}.pt")
         dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def warm_up_collectives(world: int) -> None:
-    """One untimed all-reduce, all-gather and all-to-all of a few bytes on every rank, so the first
-    measured collective of each kind does not carry the time the ranks take to meet (one loads its
-    model later than another) nor gloo's first-call set-up."""
-    dist.all_reduce(torch.zeros(1))
-    dist.all_gather_into_tensor(torch.zeros(world), torch.zeros(1))
-    dist.all_to_all_single(torch.zeros(world), torch.zeros(world))
 
 
 def sharded_model(path: Path, world: int):
@@ -117,7 +101,7 @@ def measure(model, rank: int, prompt_ids: list[int], tokens: int, eos_ids: list[
                 step_ms.append((time.perf_counter() - start) * 1e3)
             if not steps:
                 kv_shape, first_stops = tuple(cache.layers[0].keys.shape), list(stops)
-                _die_if_asked(rank)
+                die_if_asked(FAIL_RANK_ENV, rank)
             steps.append(recorder.calls)
             logits.append(out)
             chosen.append(int(out[-1].argmax()))
@@ -152,20 +136,7 @@ def _stop_shapes(layer) -> Iterator[list[tuple[str, tuple[int, ...]]]]:
             handle.remove()
 
 
-def _loopback_interface() -> str:
-    """The network interface that holds 127.0.0.1 ("lo" on Linux, "lo0" on macOS)."""
-    import psutil
-
-    return next(name for name, addresses in psutil.net_if_addrs().items()
-                if any(address.address == "127.0.0.1" for address in addresses))
-
-
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     """A DTensor's shard on this rank; a plain tensor as it is."""
     return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
-
-def _die_if_asked(rank: int) -> None:
-    """Exit at once, mid-run, where `FAIL_RANK_ENV` names this rank (a test's injected failure)."""
-    if os.environ.get(FAIL_RANK_ENV) == str(rank):
-        os._exit(FAIL_EXIT_CODE)
