@@ -16,8 +16,9 @@ import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException
 from transformers import GenerationConfig
 
+from explorer.analysis.tensor_parallel import check_ranks_divide, split_dims
 from explorer.errors import ConfigError, ExplorerError
-from explorer.lab.tensor import Collective, RankRun, TensorParallelResult, check_ranks_divide, split_dims
+from explorer.lab.tensor import Collective, RankRun, TensorParallelResult
 from explorer.runner.lab.common import check_runnable, forward, passes_on, pieces
 from explorer.runner.lab.tensor_rank import run_rank
 from explorer.runner.loaded import LoadedModel
