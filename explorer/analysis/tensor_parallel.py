@@ -61,7 +61,7 @@ def rank_spec(spec: ModelSpec, ranks: int) -> ModelSpec:
     """
     config = {"num_attention_heads": spec.n_heads, "num_key_value_heads": spec.n_kv_heads,
               "intermediate_size": spec.intermediate_size}
-    check_ranks_divide(config, ranks, most=max(8, ranks))
+    check_ranks_divide(config, ranks)
     return replace(spec, n_heads=spec.n_heads // ranks, n_kv_heads=spec.n_kv_heads // ranks,
                    intermediate_size=spec.intermediate_size // ranks,
                    dense_intermediate_size=spec.dense_intermediate_size // ranks,

@@ -1,0 +1,71 @@
+"""Tensor parallelism in the roofline: one rank's shard, the collectives on a link by hand, and the
+CLI's lesson for Llama-3-70B at R = 8 on NVLink 4 (decode latency-bound, prefill bandwidth-bound)."""
+
+from __future__ import annotations
+
+import pytest
+
+from explorer.analysis.hardware import get_hardware, get_link
+from explorer.analysis.records import Step
+from explorer.analysis.roofline import step_roofline
+from explorer.analysis.spec import ModelSpec
+from explorer.analysis.tensor_parallel import rank_spec, tensor_parallel_step
+from explorer.cli import main
+from explorer.config import load_hf_config
+from explorer.errors import ConfigError
+
+LLAMA_70B = ModelSpec.from_hf_config(load_hf_config("llama-3-70b"))
+
+
+def test_a_rank_holds_one_rth_of_the_heads_d_ff_and_vocabulary():
+    shard = rank_spec(LLAMA_70B, 8)
+    assert (shard.n_heads, shard.n_kv_heads, shard.intermediate_size, shard.vocab_size) == (8, 1, 3584, 16032)
+    assert (shard.hidden_size, shard.n_layers, shard.head_dim) == (8192, 80, 128)
+    assert rank_spec(LLAMA_70B, 1) == LLAMA_70B
+
+
+def test_an_r_that_does_not_divide_is_refused_naming_the_dimension():
+    with pytest.raises(ConfigError, match=r"3 does not divide the query heads h_q \(64\) nor the KV heads h_kv \(8\)"):
+        rank_spec(LLAMA_70B, 3)
+    with pytest.raises(ConfigError, match=r"16 does not divide the KV heads h_kv \(8\)\. On this model R can be "
+                                          r"1, 2, 4, 8\."):
+        rank_spec(LLAMA_70B, 16)
+
+
+def test_llama_70b_decode_and_prefill_collectives_by_hand():
+    """Decode B = T = 1: an all-reduce of 8192·2 B = 16 KiB, 14 steps of 0.6 µs = 8.4 µs + 2·7/8 · 16384 /
+    450e9 s = 0.0637 µs: latency-bound; (2L + 1) = 161 of them. Prefill T = 2048: 32 MiB, 2·7/8 · 2^25 /
+    450e9 = 130.5 µs of bandwidth against 8.4 µs: bandwidth-bound."""
+    h100, nvlink = get_hardware("h100-sxm"), get_link("nvlink4")
+    decode = tensor_parallel_step(LLAMA_70B, Step.decode(4096), h100, nvlink, 8)
+    assert decode.all_reduces == 161 and decode.all_reduce.payload_bytes == 16384
+    assert decode.all_reduce.seconds == pytest.approx(8.4e-6 + 1.75 * 16384 / 450e9)
+    assert decode.all_reduce.bound == "latency"
+    assert decode.gather.payload_bytes == 128256 * 2
+    assert decode.operators_s == step_roofline(rank_spec(LLAMA_70B, 8), Step.decode(4096), h100).time_lower_bound_s
+    prefill = tensor_parallel_step(LLAMA_70B, Step.prefill(2048), h100, nvlink, 8)
+    assert prefill.all_reduce.payload_bytes == 32 << 20 and prefill.all_reduce.bound == "bandwidth"
+    assert prefill.all_reduce.bandwidth_s == pytest.approx(1.75 * 2**25 / 450e9)
+    assert prefill.communication_s == pytest.approx(161 * prefill.all_reduce.seconds + prefill.gather.seconds)
+    assert 0 < decode.communication_share < 1 and prefill.step_s == prefill.operators_s + prefill.communication_s
+
+
+def test_the_cli_prints_latency_bound_decode_and_bandwidth_bound_prefill(capsys):
+    def collectives(*argv):
+        assert main(["roofline", "--config", "llama-3-70b", "--tp", "8", "--link", "nvlink4", *argv]) == 0
+        text = capsys.readouterr().out
+        assert "one rank of R = 8: h_q 8, h_kv 1, d_ff 3584, V 16032" in text
+        row = next(line for line in text.splitlines() if line.startswith("all-reduce x161 (2L + 1)"))
+        return row.split()[5:9], text
+
+    decode, text = collectives()
+    assert decode == ["16", "KiB", "8.46", "latency"]
+    assert "the collectives 21% of the step" in text
+    prefill, text = collectives("--stage", "prefill", "--tokens", "2048")
+    assert prefill == ["32", "MiB", "138.89", "bandwidth"]
+    assert "the collectives 30% of the step" in text
+
+
+def test_the_cli_refuses_a_tp_that_does_not_divide(capsys):
+    assert main(["roofline", "--config", "llama-3-70b", "--tp", "3"]) != 0
+    assert "3 does not divide the query heads h_q (64)" in capsys.readouterr().err
