@@ -69,25 +69,52 @@ def rank_spec(spec: ModelSpec, ranks: int) -> ModelSpec:
 
 
 @dataclass(frozen=True)
-class TensorParallelStep:
-    """One step on R ranks: a rank's operators and the collectives on the link (all computed).
+class StepCollectives:
+    """A step's collectives on R ranks joined by a link (computed).
 
     Attributes:
-        ranks: R.
         link: the link between the ranks.
-        roofline: one rank's operators on the machine (its shard: `rank_spec`).
         all_reduce: one all-reduce of the [B, T, d] residual, B·T·d·bytes.
         all_reduces: how many a step: 2L + 1.
         gather: the all-gather of the logits, B·T_out·V·bytes gathered (T_out = 1 but with the LM head
             over all positions).
     """
 
-    ranks: int
     link: Link
-    roofline: StepRoofline
     all_reduce: CollectiveTime
     all_reduces: int
     gather: CollectiveTime
+
+    @property
+    def seconds(self) -> float:
+        """(2L + 1) all-reduces and the all-gather on the link, seconds."""
+        return self.all_reduces * self.all_reduce.seconds + self.gather.seconds
+
+
+def step_collectives(spec: ModelSpec, step: Step, options: CostOptions, link: Link, ranks: int) -> StepCollectives:
+    """The all-reduces and the logits' all-gather of `step` of the whole model `spec` over `ranks` ranks
+    (activations in `options`' format; 0 s at R = 1)."""
+    element = options.precision.activation_bytes
+    logits_rows = step.rows if options.lm_head_all_positions else step.batch
+    alpha, beta = link.latency_s, link.bandwidth_bytes_per_s
+    return StepCollectives(link, all_reduce(step.rows * spec.hidden_size * element, ranks, alpha, beta),
+                           ALL_REDUCES_PER_LAYER * spec.n_layers + EMBEDDING_ALL_REDUCES,
+                           all_gather(logits_rows * spec.vocab_size * element, ranks, alpha, beta))
+
+
+@dataclass(frozen=True)
+class TensorParallelStep:
+    """One step on R ranks: a rank's operators and the collectives on the link (all computed).
+
+    Attributes:
+        ranks: R.
+        roofline: one rank's operators on the machine (its shard: `rank_spec`).
+        collectives: the step's all-reduces and all-gather on the link.
+    """
+
+    ranks: int
+    roofline: StepRoofline
+    collectives: StepCollectives
 
     @property
     def operators_s(self) -> float:
@@ -95,19 +122,14 @@ class TensorParallelStep:
         return self.roofline.time_lower_bound_s
 
     @property
-    def communication_s(self) -> float:
-        """(2L + 1) all-reduces and the all-gather on the link, seconds."""
-        return self.all_reduces * self.all_reduce.seconds + self.gather.seconds
-
-    @property
     def step_s(self) -> float:
         """Operators then collectives, no overlap, seconds."""
-        return self.operators_s + self.communication_s
+        return self.operators_s + self.collectives.seconds
 
     @property
     def communication_share(self) -> float:
         """The collectives' share of the step, 0..1."""
-        return self.communication_s / self.step_s
+        return self.collectives.seconds / self.step_s
 
 
 def tensor_parallel_step(spec: ModelSpec, step: Step, hardware: Hardware, link: Link, ranks: int,
@@ -120,10 +142,4 @@ def tensor_parallel_step(spec: ModelSpec, step: Step, hardware: Hardware, link: 
     """
     options = options or CostOptions()
     roofline = step_roofline(rank_spec(spec, ranks), step, hardware, options)
-    element = options.precision.activation_bytes
-    logits_rows = step.rows if options.lm_head_all_positions else step.batch
-    alpha, beta = link.latency_s, link.bandwidth_bytes_per_s
-    return TensorParallelStep(
-        ranks, link, roofline, all_reduce(step.rows * spec.hidden_size * element, ranks, alpha, beta),
-        ALL_REDUCES_PER_LAYER * spec.n_layers + EMBEDDING_ALL_REDUCES,
-        all_gather(logits_rows * spec.vocab_size * element, ranks, alpha, beta))
+    return TensorParallelStep(ranks, roofline, step_collectives(spec, step, options, link, ranks))

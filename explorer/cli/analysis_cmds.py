@@ -149,18 +149,18 @@ def format_roofline_table(result: StepRoofline) -> str:
 def format_communication(tp: TensorParallelStep) -> str:
     """The collectives of a tensor-parallel step on their link beside one rank's operators (computed):
     each collective's size, time and whether latency or bandwidth bounds it, then the step's total."""
-    link, reduce, gather = tp.link, tp.all_reduce, tp.gather
+    link, reduce, gather = tp.collectives.link, tp.collectives.all_reduce, tp.collectives.gather
     crossover = crossover_bytes(tp.ranks, link.latency_s, link.bandwidth_bytes_per_s)
     lines = [f"\ncollectives on {link.name}: {link.bandwidth_bytes_per_s / 1e9:.3g} GB/s each way, "
              f"latency {link.latency_s * 1e6:.3g} µs a step; latency-bound below n* = p·latency·bandwidth = "
              f"{binary_bytes(crossover)} (computed)",
              f"{'collective':<28}{'each':>10}{'µs each':>10}  {'bound':<10}{'time ms':>9}"]
-    for label, collective, count in ((f"all-reduce x{tp.all_reduces} (2L + 1)", reduce, tp.all_reduces),
+    for label, collective, count in ((f"all-reduce x{tp.collectives.all_reduces} (2L + 1)", reduce, tp.collectives.all_reduces),
                                      ("all-gather of the logits", gather, 1)):
         lines.append(f"{label:<28}{binary_bytes(collective.payload_bytes):>10}{collective.seconds * 1e6:>10.2f}  "
                      f"{collective.bound:<10}{count * collective.seconds * 1e3:>9.3f}")
     lines.append(f"\nstep on {tp.ranks} ranks (computed, no overlap): operators {tp.operators_s * 1e3:.3f} ms + "
-                 f"collectives {tp.communication_s * 1e3:.3f} ms = {tp.step_s * 1e3:.3f} ms; the collectives "
+                 f"collectives {tp.collectives.seconds * 1e3:.3f} ms = {tp.step_s * 1e3:.3f} ms; the collectives "
                  f"{tp.communication_share:.0%} of the step")
     return "\n".join(lines)
 

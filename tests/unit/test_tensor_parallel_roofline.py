@@ -38,16 +38,17 @@ def test_llama_70b_decode_and_prefill_collectives_by_hand():
     450e9 = 130.5 µs of bandwidth against 8.4 µs: bandwidth-bound."""
     h100, nvlink = get_hardware("h100-sxm"), get_link("nvlink4")
     decode = tensor_parallel_step(LLAMA_70B, Step.decode(4096), h100, nvlink, 8)
-    assert decode.all_reduces == 161 and decode.all_reduce.payload_bytes == 16384
-    assert decode.all_reduce.seconds == pytest.approx(8.4e-6 + 1.75 * 16384 / 450e9)
-    assert decode.all_reduce.bound == "latency"
-    assert decode.gather.payload_bytes == 128256 * 2
+    assert decode.collectives.all_reduces == 161 and decode.collectives.all_reduce.payload_bytes == 16384
+    assert decode.collectives.all_reduce.seconds == pytest.approx(8.4e-6 + 1.75 * 16384 / 450e9)
+    assert decode.collectives.all_reduce.bound == "latency"
+    assert decode.collectives.gather.payload_bytes == 128256 * 2
     assert decode.operators_s == step_roofline(rank_spec(LLAMA_70B, 8), Step.decode(4096), h100).time_lower_bound_s
     prefill = tensor_parallel_step(LLAMA_70B, Step.prefill(2048), h100, nvlink, 8)
-    assert prefill.all_reduce.payload_bytes == 32 << 20 and prefill.all_reduce.bound == "bandwidth"
-    assert prefill.all_reduce.bandwidth_s == pytest.approx(1.75 * 2**25 / 450e9)
-    assert prefill.communication_s == pytest.approx(161 * prefill.all_reduce.seconds + prefill.gather.seconds)
-    assert 0 < decode.communication_share < 1 and prefill.step_s == prefill.operators_s + prefill.communication_s
+    assert prefill.collectives.all_reduce.payload_bytes == 32 << 20 and prefill.collectives.all_reduce.bound == "bandwidth"
+    assert prefill.collectives.all_reduce.bandwidth_s == pytest.approx(1.75 * 2**25 / 450e9)
+    assert prefill.collectives.seconds == pytest.approx(161 * prefill.collectives.all_reduce.seconds
+                                                 + prefill.collectives.gather.seconds)
+    assert 0 < decode.communication_share < 1 and prefill.step_s == prefill.operators_s + prefill.collectives.seconds
 
 
 def test_the_cli_prints_latency_bound_decode_and_bandwidth_bound_prefill(capsys):
