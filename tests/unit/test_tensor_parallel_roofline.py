@@ -70,3 +70,36 @@ def test_the_cli_prints_latency_bound_decode_and_bandwidth_bound_prefill(capsys)
 def test_the_cli_refuses_a_tp_that_does_not_divide(capsys):
     assert main(["roofline", "--config", "llama-3-70b", "--tp", "3"]) != 0
     assert "3 does not divide the query heads h_q (64)" in capsys.readouterr().err
+
+
+def test_the_roofline_what_if_draws_the_collectives_beside_one_ranks_operators():
+    """The notebook's (and the app's) roofline under Scenario(tp=8): the operators are one rank's, a bar
+    per stage holds the 161 all-reduces' time on NVLink 4, and the title says each step's share."""
+    from explorer.analysis.measured import Scenario
+    from explorer.notebook import Explorer
+
+    shapes = Explorer.load(config="llama-3-70b")
+    shapes.prefill(prompt_tokens=16)
+    shapes.decode(1)
+    figure = shapes.figure("roofline", hardware="h100-sxm", what_if=Scenario(tp=8, tokens=2048, context=4096))
+    bars = {trace.name: trace for trace in figure.data if "collectives" in trace.name}
+    decode = bars["decode collectives on nvlink4"]
+    assert list(decode.y) == ["all-reduce ×161 (TP 8)", "all-gather of logits (TP 8)"]
+    assert decode.x[0] == pytest.approx(161 * (8.4 + 1.75 * 16384 / 450e9 * 1e6), rel=1e-5)
+    assert "latency-bound" in decode.hovertext[0] and "bandwidth-bound" in bars["prefill collectives on nvlink4"].hovertext[0]
+    title = figure.layout.title.text
+    assert "TP = 8 on nvlink4" in title and "decode ≥ 5.252 ms" in title
+    assert "Collectives on NVLink 4 (H100 SXM, 18 links): decode + 1.367 ms (21% of the step, all-reduces " \
+           "latency-bound), prefill + 22.37 ms (30% of the step, all-reduces bandwidth-bound)" in title
+    with pytest.raises(ConfigError, match=r"does not divide the query heads h_q \(64\)"):
+        shapes.figure("roofline", hardware="h100-sxm", what_if=Scenario(tp=3))
+
+
+def test_the_what_if_menus_read_the_tp_degree_and_its_link():
+    from explorer.analysis.measured import Scenario
+    from explorer.ui.handlers.controls import AS_RUN, scenario_from
+
+    keep = (AS_RUN,) * 6 + (False,) * 3
+    assert scenario_from(*keep, "8", "pcie5") == Scenario(tp=8, link="pcie5")
+    assert scenario_from(*keep, AS_RUN, "bogus") == Scenario() and not Scenario(link="ib-ndr").active
+    assert not Scenario(tp=1).active and Scenario(tp=2).changes() == ["TP = 2 on nvlink4"]
