@@ -155,10 +155,11 @@ def format_communication(tp: TensorParallelStep) -> str:
              f"latency {link.latency_s * 1e6:.3g} µs a step; latency-bound below n* = p·latency·bandwidth = "
              f"{binary_bytes(crossover)} (computed)",
              f"{'collective':<28}{'each':>10}{'µs each':>10}  {'bound':<10}{'time ms':>9}"]
-    for label, collective, count in ((f"all-reduce x{tp.collectives.all_reduces} (2L + 1)", reduce, tp.collectives.all_reduces),
+    reduces = tp.collectives.all_reduces
+    for label, collective, times in ((f"all-reduce x{reduces} (2L + 1)", reduce, reduces),
                                      ("all-gather of the logits", gather, 1)):
         lines.append(f"{label:<28}{binary_bytes(collective.payload_bytes):>10}{collective.seconds * 1e6:>10.2f}  "
-                     f"{collective.bound:<10}{count * collective.seconds * 1e3:>9.3f}")
+                     f"{collective.bound:<10}{times * collective.seconds * 1e3:>9.3f}")
     lines.append(f"\nstep on {tp.ranks} ranks (computed, no overlap): operators {tp.operators_s * 1e3:.3f} ms + "
                  f"collectives {tp.collectives.seconds * 1e3:.3f} ms = {tp.step_s * 1e3:.3f} ms; the collectives "
                  f"{tp.communication_share:.0%} of the step")

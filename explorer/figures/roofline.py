@@ -58,8 +58,7 @@ from explorer.figures.theme import (
 def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, measured: bool = False,
                     executed: list[StepCosts] | None = None, changes: list[str] | None = None,
                     sweeps: tuple[tuple[str, tuple[StepCosts, ...]], ...] = (),
-                    measured_roofs: Hardware | None = None,
-                    collectives: list[StepCollectives] | None = None) -> go.Figure:
+                    measured_roofs: Hardware | None = None, collectives: list | None = None) -> go.Figure:
     """The prefill's and a decode step's operators on `hardware`'s roofline.
 
     Args:
@@ -72,12 +71,12 @@ def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, meas
             over the sum of the traced `wall_ms`, at the same analytic intensity (open markers).
         executed: with a what-if, the steps as they ran: the title compares the what-if with them.
         changes: the what-if's changes in words (`Scenario.changes`), for the title.
-        sweeps: ("batch", costs as B grows) and ("context", costs as n grows), see
-            `explorer.analysis.measured.sweeps`: drawn as a line per weight GEMM (batch) and per
-            attention product (context).
+        sweeps: ("batch", costs as B grows) and ("context", costs as n grows), `measured.sweeps`:
+            a line per weight GEMM (batch) and per attention product (context).
         measured_roofs: where `hardware` is the datasheet entry of the device the steps ran on, its
             roofs as measured there (`explorer.runner.probe`): drawn beside the datasheet's, and its
             measured per-operator overhead gives the overhead ceilings the datasheet cannot.
+        collectives: with tensor parallelism (`stages` one rank's), each stage's `StepCollectives`.
 
     Returns:
         A figure with `layout.meta == {"view": "roofline", "step": step}`. Left panel: the trace
@@ -95,9 +94,7 @@ def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, meas
         With sweeps, the traces "batch sweep" and "context sweep" (lines through each operator's
         points, None between operators; customdata "op, B = b" or "op, n = n"). The annotation named
         "conventions" says how the cost model counted (merged or not, fused or not, LM head, formats)
-        and the machine's numbers, their sources in its hover. With `collectives`, per stage the bar
-        trace "<stage> collectives on <link>" in the right panel (the 2L + 1 all-reduces together and
-        the logits' all-gather, µs) and, in the title, their time and share of the step.
+        and the machine's numbers, their sources in its hover; with `collectives`, bars "<stage> collectives on <link>".
 
     Raises:
         ConfigError: `hardware` lists no matmul rate for the steps' dtype nor a wider format (left to
@@ -267,8 +264,8 @@ def _conclusion(rooflines: list[StepRoofline], executed: list[StepRoofline], cha
              f"{r.memory_bound_fraction:.0%} memory-bound; attention {r.attention_fraction:.0%}, "
              f"weight GEMMs {r.weight_gemm_fraction:.0%} of it" for r in reversed(rooflines)]
     if collectives:
-        shares = [f"{r.step.stage} + {duration(sent.seconds)} ({sent.seconds / (sent.seconds + r.time_lower_bound_s):.0%}"
-                  f" of the step, all-reduces {sent.all_reduce.bound}-bound)"
+        shares = [f"{r.step.stage} + {duration(sent.seconds)} "
+                  f"({sent.seconds / (sent.seconds + r.time_lower_bound_s):.0%} of the step, all-reduces {sent.all_reduce.bound}-bound)"
                   for r, sent in zip(reversed(rooflines), reversed(collectives), strict=True)]
         parts.append(f"Collectives on {collectives[0].link.name}: " + ", ".join(shares))
     if not executed:

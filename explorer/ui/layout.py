@@ -368,7 +368,8 @@ def _what_if_controls() -> dict[str, gr.components.Component]:
     """The roofline's what-ifs, by name (`WHAT_IF_FIELDS`), in the settings (the figure keeps the
     screen): "as run" is the step's own."""
     formats = [AS_RUN, *DTYPE_BITS]
-    with gr.Accordion("Roofline what-ifs: batch, context, formats, tensor parallelism (no model run)", open=True, elem_id="what-if"):
+    with gr.Accordion("Roofline what-ifs: batch, context, formats, tensor parallelism (no model run)", open=True,
+                      elem_id="what-if"):
         with gr.Row():
             # menus: "as run" reads as such (an empty number box showed 0); a count may be typed
             controls = {name: gr.Dropdown([AS_RUN, *map(str, counts)], value=AS_RUN, label=label, elem_id=elem_id,

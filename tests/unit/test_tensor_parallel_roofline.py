@@ -44,7 +44,8 @@ def test_llama_70b_decode_and_prefill_collectives_by_hand():
     assert decode.collectives.gather.payload_bytes == 128256 * 2
     assert decode.operators_s == step_roofline(rank_spec(LLAMA_70B, 8), Step.decode(4096), h100).time_lower_bound_s
     prefill = tensor_parallel_step(LLAMA_70B, Step.prefill(2048), h100, nvlink, 8)
-    assert prefill.collectives.all_reduce.payload_bytes == 32 << 20 and prefill.collectives.all_reduce.bound == "bandwidth"
+    assert prefill.collectives.all_reduce.payload_bytes == 32 << 20
+    assert prefill.collectives.all_reduce.bound == "bandwidth"
     assert prefill.collectives.all_reduce.bandwidth_s == pytest.approx(1.75 * 2**25 / 450e9)
     assert prefill.collectives.seconds == pytest.approx(161 * prefill.collectives.all_reduce.seconds
                                                  + prefill.collectives.gather.seconds)
@@ -86,7 +87,8 @@ def test_the_roofline_what_if_draws_the_collectives_beside_one_ranks_operators()
     decode = bars["decode collectives on nvlink4"]
     assert list(decode.y) == ["all-reduce ×161 (TP 8)", "all-gather of logits (TP 8)"]
     assert decode.x[0] == pytest.approx(161 * (8.4 + 1.75 * 16384 / 450e9 * 1e6), rel=1e-5)
-    assert "latency-bound" in decode.hovertext[0] and "bandwidth-bound" in bars["prefill collectives on nvlink4"].hovertext[0]
+    assert "latency-bound" in decode.hovertext[0]
+    assert "bandwidth-bound" in bars["prefill collectives on nvlink4"].hovertext[0]
     title = figure.layout.title.text
     assert "TP = 8 on nvlink4" in title and "decode ≥ 5.252 ms" in title
     assert "Collectives on NVLink 4 (H100 SXM, 18 links): decode + 1.367 ms (21% of the step, all-reduces " \
@@ -103,3 +105,16 @@ def test_the_what_if_menus_read_the_tp_degree_and_its_link():
     assert scenario_from(*keep, "8", "pcie5") == Scenario(tp=8, link="pcie5")
     assert scenario_from(*keep, AS_RUN, "bogus") == Scenario() and not Scenario(link="ib-ndr").active
     assert not Scenario(tp=1).active and Scenario(tp=2).changes() == ["TP = 2 on nvlink4"]
+
+
+@pytest.mark.parametrize("argv", [("--stage", "decode", "--context", "4096"), ("--stage", "prefill", "--tokens", "2048")])
+def test_the_roofline_page_shows_the_lines_the_cli_prints(capsys, argv):
+    """docs/views/roofline.md quotes the CLI's collectives for Llama-3-70B at R = 8 on NVLink 4: the
+    same lines, so the page cannot drift from the cost model."""
+    from docs_code import ROOT
+
+    assert main(["roofline", "--config", "llama-3-70b", "--tp", "8", "--link", "nvlink4", *argv]) == 0
+    printed = capsys.readouterr().out.split("collective  ")[1].splitlines()
+    page = (ROOT / "docs/views/roofline.md").read_text(encoding="utf-8")
+    for line in ["collective  " + printed[0], *printed[1:]]:
+        assert line in page
