@@ -93,13 +93,12 @@ def roofline_data(run: Run, sources: ViewSources, options: ViewOptions) -> Roofl
     measured_roofs = services.measured_roofs(shown.device) if measured and options.hardware != THIS_MACHINE else None
     shard = rank_spec(run.spec, scenario.ranks)  # one rank's operators under tensor parallelism
     costs = tuple(scenario_costs(shard, own, scenario) for own in executed) if scenario.active else executed
-    link = get_link(scenario.link_name)
-    collectives = tuple(step_collectives(run.spec, c.step, c.options, link, scenario.ranks) for c in costs)
+    link, ranks = get_link(scenario.link_name), scenario.ranks
+    collectives = tuple(step_collectives(run.spec, c.step, c.options, link, ranks) for c in costs) if ranks > 1 else ()
     return RooflineData(run, costs=costs, executed=executed if scenario.active else (),
                         sweeps=sweeps(shard, executed[-1], scenario, run.spec.context_window or 4096),
                         hardware=roofline_machine(run, options.hardware, services, sources.saved),
-                        measured=measured, measured_roofs=measured_roofs,
-                        collectives=collectives if scenario.ranks > 1 else ())
+                        measured=measured, measured_roofs=measured_roofs, collectives=collectives)
 
 
 def lens_data(run: Run, sources: ViewSources, options: ViewOptions) -> LensData:
