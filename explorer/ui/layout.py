@@ -66,7 +66,7 @@ THIS_MACHINE_LABEL = "This machine (measured)"
 WHAT_IF_COUNTS = {"wi_batch": ("batch B", "what-if-batch", (1, 8, 64, 256, MAX_WHAT_IF_BATCH)),
                   "wi_context": ("decode n", "what-if-context", (256, 1024, 4096, 8192)),
                   "wi_tokens": ("prefill T", "what-if-tokens", (128, 512, 2048, 8192)),
-                  "wi_tp": ("tensor-parallel R", "what-if-tp", (2, 4, 8))}
+                  "wi_tp": ("tensor-parallel R", "what-if-tp", (2, 3, 4, 8))}
 EXAMPLE_FIELDS = ("prompt", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
 
 
