@@ -152,7 +152,7 @@ def format_communication(tp: TensorParallelStep) -> str:
     link, reduce, gather = tp.collectives.link, tp.collectives.all_reduce, tp.collectives.gather
     crossover = crossover_bytes(tp.ranks, link.latency_s, link.bandwidth_bytes_per_s)
     lines = [f"\ncollectives on {link.name}: {link.bandwidth_bytes_per_s / 1e9:.3g} GB/s each way, "
-             f"latency {link.latency_s * 1e6:.3g} µs a step; latency-bound below n* = p·latency·bandwidth = "
+             f"latency {link.latency_s * 1e6:.3g} µs a step\nlatency-bound below n* = p·latency·bandwidth = "
              f"{binary_bytes(crossover)} (computed)",
              f"{'collective':<28}{'each':>10}{'µs each':>10}  {'bound':<10}{'time ms':>9}"]
     reduces = tp.collectives.all_reduces
@@ -161,8 +161,8 @@ def format_communication(tp: TensorParallelStep) -> str:
         lines.append(f"{label:<28}{binary_bytes(collective.payload_bytes):>10}{collective.seconds * 1e6:>10.2f}  "
                      f"{collective.bound:<10}{times * collective.seconds * 1e3:>9.3f}")
     lines.append(f"\nstep on {tp.ranks} ranks (computed, no overlap): operators {tp.operators_s * 1e3:.3f} ms + "
-                 f"collectives {tp.collectives.seconds * 1e3:.3f} ms = {tp.step_s * 1e3:.3f} ms; the collectives "
-                 f"{tp.communication_share:.0%} of the step")
+                 f"collectives {tp.collectives.seconds * 1e3:.3f} ms = {tp.step_s * 1e3:.3f} ms\n"
+                 f"the collectives: {tp.communication_share:.0%} of the step")
     return "\n".join(lines)
 
 

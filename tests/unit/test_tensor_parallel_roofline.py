@@ -62,10 +62,10 @@ def test_the_cli_prints_latency_bound_decode_and_bandwidth_bound_prefill(capsys)
 
     decode, text = collectives()
     assert decode == ["16", "KiB", "8.46", "latency"]
-    assert "the collectives 21% of the step" in text
+    assert "the collectives: 21% of the step" in text
     prefill, text = collectives("--stage", "prefill", "--tokens", "2048")
     assert prefill == ["32", "MiB", "138.89", "bandwidth"]
-    assert "the collectives 30% of the step" in text
+    assert "the collectives: 30% of the step" in text
 
 
 def test_the_cli_refuses_a_tp_that_does_not_divide(capsys):
