@@ -265,7 +265,8 @@ def _conclusion(rooflines: list[StepRoofline], executed: list[StepRoofline], cha
              f"weight GEMMs {r.weight_gemm_fraction:.0%} of it" for r in reversed(rooflines)]
     if collectives:
         shares = [f"{r.step.stage} + {duration(sent.seconds)} "
-                  f"({sent.seconds / (sent.seconds + r.time_lower_bound_s):.0%} of the step, all-reduces {sent.all_reduce.bound}-bound)"
+                  f"({sent.seconds / (sent.seconds + r.time_lower_bound_s):.0%} of the step, "
+                  f"all-reduces {sent.all_reduce.bound}-bound)"
                   for r, sent in zip(reversed(rooflines), reversed(collectives), strict=True)]
         parts.append(f"Collectives on {collectives[0].link.name}: " + ", ".join(shares))
     if not executed:

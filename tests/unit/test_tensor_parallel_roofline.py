@@ -107,7 +107,8 @@ def test_the_what_if_menus_read_the_tp_degree_and_its_link():
     assert not Scenario(tp=1).active and Scenario(tp=2).changes() == ["TP = 2 on nvlink4"]
 
 
-@pytest.mark.parametrize("argv", [("--stage", "decode", "--context", "4096"), ("--stage", "prefill", "--tokens", "2048")])
+@pytest.mark.parametrize("argv", [("--stage", "decode", "--context", "4096"),
+                                  ("--stage", "prefill", "--tokens", "2048")])
 def test_the_roofline_page_shows_the_lines_the_cli_prints(capsys, argv):
     """docs/views/roofline.md quotes the CLI's collectives for Llama-3-70B at R = 8 on NVLink 4: the
     same lines, so the page cannot drift from the cost model."""
