@@ -55,8 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     roofline.add_argument("--tp", type=whole(1), default=1,
                           help="R, tensor-parallel ranks: the operators of one rank's shard, then the "
                                "all-reduces and the logits' all-gather on --link")
-    roofline.add_argument("--link", choices=link_names(), default="nvlink4",
-                          help="the link between the ranks, for --tp above 1")
+    roofline.add_argument("--link", choices=link_names(),
+                          help="the link between the ranks, for --tp above 1 (default nvlink4)")
     roofline.set_defaults(handler=run_roofline)
 
     info = subparsers.add_parser("info", help="dimensions, parameter counts and KV-cache bytes of a config",
@@ -94,7 +94,8 @@ def run_roofline(args: argparse.Namespace) -> int:
               f"{shard.intermediate_size}, V {shard.vocab_size} (weights / R)")
     print(format_roofline_table(result))
     if args.tp > 1:
-        print(format_communication(tensor_parallel_step(spec, step, hardware, get_link(args.link), args.tp, options)))
+        link = get_link(args.link or "nvlink4")
+        print(format_communication(tensor_parallel_step(spec, step, hardware, link, args.tp, options)))
     if args.what_ifs:
         print("\nwhat-if                     time lower bound ms   tokens/s   speedup")
         for variant in standard_what_ifs(shard, step, hardware, options):
@@ -107,12 +108,15 @@ def _step(args: argparse.Namespace, spec: ModelSpec) -> Step:
     """The step the flags describe, checked against the stage and the model's context window.
 
     Raises:
-        UsageError: a flag of the other stage, or more positions than the model's context window.
+        UsageError: a flag of the other stage, --link without --tp, or more positions than the model's
+            context window.
     """
     if args.stage == "prefill" and args.context is not None:
         raise UsageError("--context is for --stage decode; a prefill's context is its --tokens.")
     if args.stage == "decode" and args.tokens is not None:
         raise UsageError("--tokens is for --stage prefill; a decode step has one token and a --context.")
+    if args.link is not None and args.tp == 1:
+        raise UsageError("--link is for --tp above 1: one device sends nothing over a link.")
     positions = (args.tokens or DEFAULT_TOKENS) if args.stage == "prefill" else (args.context or DEFAULT_CONTEXT)
     spec.check_positions(positions)
     return Step.prefill(positions, args.batch) if args.stage == "prefill" else Step.decode(positions, args.batch)

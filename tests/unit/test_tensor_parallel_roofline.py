@@ -68,9 +68,11 @@ def test_the_cli_prints_latency_bound_decode_and_bandwidth_bound_prefill(capsys)
     assert "the collectives: 30% of the step" in text
 
 
-def test_the_cli_refuses_a_tp_that_does_not_divide(capsys):
+def test_the_cli_refuses_a_tp_that_does_not_divide_and_a_link_without_tp(capsys):
     assert main(["roofline", "--config", "llama-3-70b", "--tp", "3"]) != 0
     assert "3 does not divide the query heads h_q (64)" in capsys.readouterr().err
+    assert main(["roofline", "--config", "llama-3-70b", "--link", "pcie5"]) == 2
+    assert "--link is for --tp above 1" in capsys.readouterr().err
 
 
 def test_the_roofline_what_if_draws_the_collectives_beside_one_ranks_operators():
