@@ -29,6 +29,7 @@ PRESET_SOURCES = {
     "qwen3-4b": "Qwen/Qwen3-4B",
     "qwen3-8b": "Qwen/Qwen3-8B",
     "llama-3-8b": "meta-llama/Meta-Llama-3-8B",
+    "llama-3-70b": "meta-llama/Meta-Llama-3-70B",
     "tinyllama-1.1b": "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
     "smollm2-135m": "HuggingFaceTB/SmolLM2-135M",
     "mistral-7b": "mistralai/Mistral-7B-v0.1",

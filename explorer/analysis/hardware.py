@@ -1,4 +1,5 @@
-"""A machine for the roofline: peak FLOP/s per format, memory bandwidth, memory size, and sources.
+"""A machine for the roofline: peak FLOP/s per format, memory bandwidth, memory size, and sources;
+and the links between machines (`Link`, `get_link`) for the collectives of tensor parallelism.
 
 `get_hardware(name_or_path)` returns a catalogue entry (`hardware_catalogue.CATALOGUE`) or an entry a
 person wrote in a JSON file. "This machine" is measured, so it is not here: `explorer.runner.probe`
@@ -11,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from explorer.analysis.hardware_catalogue import CATALOGUE
+from explorer.analysis.hardware_catalogue import CATALOGUE, LINKS
 from explorer.analysis.precision import canonical_dtype
 from explorer.config import read_json_object
 from explorer.errors import ConfigError
@@ -168,3 +169,41 @@ def get_hardware(name_or_path: str) -> Hardware:
     raise ConfigError(
         f"Unknown hardware '{name_or_path}'. Known: {', '.join(hardware_names())}, or a path to a JSON entry."
     )
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link between ranks for the collectives' alpha-beta model (`explorer.analysis.collectives`).
+
+    Attributes:
+        key: catalogue key (`hardware_catalogue.LINKS`).
+        name: human-readable name.
+        bandwidth_bytes_per_s: beta, bytes/s each way per rank.
+        latency_s: alpha, the latency of one message step, seconds.
+        sources: "bandwidth_bytes_per_s" and "latency_s" -> where each number comes from.
+    """
+
+    key: str
+    name: str
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    sources: dict[str, str]
+
+
+def link_names() -> list[str]:
+    """The catalogue's link keys, sorted."""
+    return sorted(LINKS)
+
+
+def get_link(name: str) -> Link:
+    """The catalogue's link `name`.
+
+    Raises:
+        ConfigError: an unknown name (the message lists the known ones).
+    """
+    if name not in LINKS:
+        raise ConfigError(f"Unknown link '{name}'. Known: {', '.join(link_names())}.")
+    entry = LINKS[name]
+    (bandwidth, bandwidth_source), (latency, latency_source) = entry["bandwidth_bytes_per_s"], entry["latency_s"]
+    return Link(name, entry["name"], bandwidth, latency,
+                {"bandwidth_bytes_per_s": bandwidth_source, "latency_s": latency_source})

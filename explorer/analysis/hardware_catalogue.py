@@ -71,3 +71,37 @@ CATALOGUE: dict[str, dict] = {
                      {"fp32": 17.2e12, "bf16": 17.2e12, "fp16": 17.2e12},
                      flops_source=_APPLE_FLOPS + " (~1.68 GHz)", sparse=False),
 }
+
+# Links between accelerators for the collectives' alpha-beta model (`explorer.analysis.collectives`):
+# bandwidth each way per rank, bytes/s, and the latency of one message step, seconds. The latencies
+# are NCCL's own per-step model (NVIDIA/nccl src/graph/tuning.cc, hwLat[..][Ring][LL], the protocol
+# its tuner picks for small messages); they leave out its fixed launch latency (baseLat, 6.6 µs for
+# ring LL), so a real small all-reduce takes a few µs more than the model.
+_NCCL_LAT = "estimate: NCCL src/graph/tuning.cc hwLat {} ring LL, the per-step latency of NCCL's own model"
+_LOOPBACK = ("measured: `python benchmarks/bench_loopback.py` on the 2-core development machine, "
+             "2026-12-06, ring all-reduce model fitted to gloo all-reduces of 8 B to 34 MB over 127.0.0.1")
+LINKS: dict[str, dict] = {
+    "nvlink4": {
+        "name": "NVLink 4 (H100 SXM, 18 links)",
+        "bandwidth_bytes_per_s": (450e9, "NVIDIA H100 Tensor Core GPU datasheet (2023), SXM5 column: NVLink "
+                                         "900 GB/s bidirectional per GPU, so 450 GB/s each way"),
+        "latency_s": (0.6e-6, _NCCL_LAT.format("NVLINK")),
+    },
+    "pcie5": {
+        "name": "PCIe 5.0 x16",
+        "bandwidth_bytes_per_s": (64e9, "PCI-SIG PCI Express Base Specification 5.0: 32 GT/s a lane x 16 "
+                                        "lanes, 128b/130b encoding = 63 GB/s, 64 GB/s as quoted, each way"),
+        "latency_s": (1.0e-6, _NCCL_LAT.format("PCI")),
+    },
+    "ib-ndr": {
+        "name": "InfiniBand NDR (one 400 Gb/s port)",
+        "bandwidth_bytes_per_s": (50e9, "NVIDIA ConnectX-7 / Quantum-2 NDR datasheets: 400 Gb/s a port = 50 GB/s "
+                                        "each way"),
+        "latency_s": (2.7e-6, _NCCL_LAT.format("NET")),
+    },
+    "loopback": {
+        "name": "loopback (this machine, gloo between 2 processes)",
+        "bandwidth_bytes_per_s": (1.69e9, _LOOPBACK),
+        "latency_s": (89.0e-6, _LOOPBACK),
+    },
+}

@@ -182,6 +182,9 @@ class Scenario:
         merged: q/k/v and gate/up as one matrix each, as engines run them.
         fused: scores, softmax and weighted sum in one kernel (FlashAttention).
         lm_head_all: the LM head over all positions instead of the last.
+        tp: R, tensor-parallel ranks (None or 1: one device): each rank's shard of the operators
+            (`explorer.analysis.tensor_parallel.rank_spec`) and the collectives on `link`.
+        link: the link between the ranks (`explorer.analysis.hardware.link_names`); None: "nvlink4".
     """
 
     batch: int | None = None
@@ -193,11 +196,23 @@ class Scenario:
     merged: bool = False
     fused: bool = False
     lm_head_all: bool = False
+    tp: int | None = None
+    link: str | None = None
+
+    @property
+    def ranks(self) -> int:
+        """R, 1 without tensor parallelism."""
+        return self.tp or 1
+
+    @property
+    def link_name(self) -> str:
+        """The link between the ranks: `link`, else NVLink 4."""
+        return self.link or "nvlink4"
 
     @property
     def active(self) -> bool:
-        """Whether anything differs from the executed step."""
-        return self != Scenario()
+        """Whether anything differs from the executed step (a link alone, on one rank, does not)."""
+        return (replace(self, tp=None, link=None) if self.ranks == 1 else self) != Scenario()
 
     def changes(self) -> list[str]:
         """What differs, in words: "B = 64", "n = 4096", "KV fp8", "merged projections", ..."""
@@ -207,6 +222,8 @@ class Scenario:
                                                          ("KV", self.kv)) if value]
         words += [name for name, on in (("merged projections", self.merged), ("fused attention", self.fused),
                                         ("LM head over all positions", self.lm_head_all)) if on]
+        if self.ranks > 1:
+            words.append(f"TP = {self.ranks} on {self.link_name}")
         return words
 
     def applied(self, step: Step, precision: Precision) -> tuple[Step, CostOptions]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from explorer.analysis.hardware import hardware_names
+from explorer.analysis.collectives import crossover_bytes
+from explorer.analysis.hardware import get_link, hardware_names, link_names
 from explorer.analysis.kv_cache import kv_bytes_per_token, kv_bytes_per_token_per_layer
 from explorer.analysis.memory import DEFAULT_ATTENTION_BUDGET_BYTES, prompt_memory
 from explorer.analysis.params import param_counts
@@ -18,6 +19,7 @@ from explorer.analysis.precision import DTYPE_BITS, Precision
 from explorer.analysis.records import CostOptions, Step
 from explorer.analysis.roofline import RooflinePoint, StepRoofline, standard_what_ifs, step_roofline
 from explorer.analysis.spec import ModelSpec
+from explorer.analysis.tensor_parallel import TensorParallelStep, rank_spec, tensor_parallel_step
 from explorer.cli.options import HelpFormatter, whole
 from explorer.errors import UsageError
 
@@ -50,6 +52,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     roofline.add_argument("--per-layer", action="store_true", help="one row per stop instead of summed over layers")
     roofline.add_argument("--what-ifs", action="store_true",
                           help="also print KV fp8, int4 weights, batch x4, context x4")
+    roofline.add_argument("--tp", type=whole(1), default=1,
+                          help="R, tensor-parallel ranks: the operators of one rank's shard, then the "
+                               "all-reduces and the logits' all-gather on --link")
+    roofline.add_argument("--link", choices=link_names(),
+                          help="the link between the ranks, for --tp above 1 (default nvlink4)")
     roofline.set_defaults(handler=run_roofline)
 
     info = subparsers.add_parser("info", help="dimensions, parameter counts and KV-cache bytes of a config",
@@ -79,12 +86,19 @@ def run_roofline(args: argparse.Namespace) -> int:
     from explorer.runner.probe import resolve_hardware
 
     hardware = resolve_hardware(args.hardware, pick_device("auto"))  # this-machine: the GPU where there is one
-    result = step_roofline(spec, step, hardware, options, by_op=not args.per_layer)
+    shard = rank_spec(spec, args.tp)  # the whole model at R = 1
+    result = step_roofline(shard, step, hardware, options, by_op=not args.per_layer)
     print(_roofline_header(args.config, result))
+    if args.tp > 1:
+        print(f"one rank of R = {args.tp}: h_q {shard.n_heads}, h_kv {shard.n_kv_heads}, d_ff "
+              f"{shard.intermediate_size}, V {shard.vocab_size} (weights / R)")
     print(format_roofline_table(result))
+    if args.tp > 1:
+        link = get_link(args.link or "nvlink4")
+        print(format_communication(tensor_parallel_step(spec, step, hardware, link, args.tp, options)))
     if args.what_ifs:
         print("\nwhat-if                     time lower bound ms   tokens/s   speedup")
-        for variant in standard_what_ifs(spec, step, hardware, options):
+        for variant in standard_what_ifs(shard, step, hardware, options):
             time_ms, rate = variant.roofline.time_lower_bound_s * 1e3, variant.roofline.tokens_per_s
             print(f"{variant.label:<28}{time_ms:>19.3f}{rate:>11.0f}{variant.speedup:>9.2f}x")
     return 0
@@ -94,12 +108,15 @@ def _step(args: argparse.Namespace, spec: ModelSpec) -> Step:
     """The step the flags describe, checked against the stage and the model's context window.
 
     Raises:
-        UsageError: a flag of the other stage, or more positions than the model's context window.
+        UsageError: a flag of the other stage, --link without --tp, or more positions than the model's
+            context window.
     """
     if args.stage == "prefill" and args.context is not None:
         raise UsageError("--context is for --stage decode; a prefill's context is its --tokens.")
     if args.stage == "decode" and args.tokens is not None:
         raise UsageError("--tokens is for --stage prefill; a decode step has one token and a --context.")
+    if args.link is not None and args.tp == 1:
+        raise UsageError("--link is for --tp above 1: one device sends nothing over a link.")
     positions = (args.tokens or DEFAULT_TOKENS) if args.stage == "prefill" else (args.context or DEFAULT_CONTEXT)
     spec.check_positions(positions)
     return Step.prefill(positions, args.batch) if args.stage == "prefill" else Step.decode(positions, args.batch)
@@ -131,6 +148,34 @@ def format_roofline_table(result: StepRoofline) -> str:
                  f"{memory_share:.0f}% of the time bound is in memory-bound operators; attention "
                  f"{result.attention_fraction:.0%} of it, weight GEMMs {result.weight_gemm_fraction:.0%}.")
     return "\n".join(lines)
+
+
+def format_communication(tp: TensorParallelStep) -> str:
+    """The collectives of a tensor-parallel step on their link beside one rank's operators (computed):
+    each collective's size, time and whether latency or bandwidth bounds it, then the step's total."""
+    link, reduce, gather = tp.collectives.link, tp.collectives.all_reduce, tp.collectives.gather
+    crossover = crossover_bytes(tp.ranks, link.latency_s, link.bandwidth_bytes_per_s)
+    lines = [f"\ncollectives on {link.name}: {link.bandwidth_bytes_per_s / 1e9:.3g} GB/s each way, "
+             f"latency {link.latency_s * 1e6:.3g} µs a step\nlatency-bound below n* = p·latency·bandwidth = "
+             f"{binary_bytes(crossover)} (computed)",
+             f"{'collective':<28}{'each':>10}{'µs each':>10}  {'bound':<10}{'time ms':>9}"]
+    reduces = tp.collectives.all_reduces
+    for label, collective, times in ((f"all-reduce x{reduces} (2L + 1)", reduce, reduces),
+                                     ("all-gather of the logits", gather, 1)):
+        lines.append(f"{label:<28}{binary_bytes(collective.payload_bytes):>10}{collective.seconds * 1e6:>10.2f}  "
+                     f"{collective.bound:<10}{times * collective.seconds * 1e3:>9.3f}")
+    lines.append(f"\nstep on {tp.ranks} ranks (computed, no overlap): operators {tp.operators_s * 1e3:.3f} ms + "
+                 f"collectives {tp.collectives.seconds * 1e3:.3f} ms = {tp.step_s * 1e3:.3f} ms\n"
+                 f"the collectives: {tp.communication_share:.0%} of the step")
+    return "\n".join(lines)
+
+
+def binary_bytes(n: float) -> str:
+    """Bytes in powers of 1024: "16 KiB", "32 MiB", "512 B"."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
 
 
 def _row(name: str, point: RooflinePoint, time_ms: float | None = None) -> str:

@@ -24,8 +24,10 @@ import plotly.graph_objects as go
 from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import StepCosts
 from explorer.analysis.roofline import StepRoofline, costs_roofline
+from explorer.analysis.tensor_parallel import StepCollectives
 from explorer.figures.roofline_traces import (
     analytic_trace,
+    collectives_trace,
     duration,
     measured_time_trace,
     measured_trace,
@@ -56,7 +58,7 @@ from explorer.figures.theme import (
 def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, measured: bool = False,
                     executed: list[StepCosts] | None = None, changes: list[str] | None = None,
                     sweeps: tuple[tuple[str, tuple[StepCosts, ...]], ...] = (),
-                    measured_roofs: Hardware | None = None) -> go.Figure:
+                    measured_roofs: Hardware | None = None, collectives: list | None = None) -> go.Figure:
     """The prefill's and a decode step's operators on `hardware`'s roofline.
 
     Args:
@@ -69,12 +71,12 @@ def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, meas
             over the sum of the traced `wall_ms`, at the same analytic intensity (open markers).
         executed: with a what-if, the steps as they ran: the title compares the what-if with them.
         changes: the what-if's changes in words (`Scenario.changes`), for the title.
-        sweeps: ("batch", costs as B grows) and ("context", costs as n grows), see
-            `explorer.analysis.measured.sweeps`: drawn as a line per weight GEMM (batch) and per
-            attention product (context).
+        sweeps: ("batch", costs as B grows) and ("context", costs as n grows), `measured.sweeps`:
+            a line per weight GEMM (batch) and per attention product (context).
         measured_roofs: where `hardware` is the datasheet entry of the device the steps ran on, its
             roofs as measured there (`explorer.runner.probe`): drawn beside the datasheet's, and its
             measured per-operator overhead gives the overhead ceilings the datasheet cannot.
+        collectives: with tensor parallelism (`stages` one rank's), each stage's `StepCollectives`.
 
     Returns:
         A figure with `layout.meta == {"view": "roofline", "step": step}`. Left panel: the trace
@@ -92,7 +94,7 @@ def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, meas
         With sweeps, the traces "batch sweep" and "context sweep" (lines through each operator's
         points, None between operators; customdata "op, B = b" or "op, n = n"). The annotation named
         "conventions" says how the cost model counted (merged or not, fused or not, LM head, formats)
-        and the machine's numbers, their sources in its hover.
+        and the machine's numbers, their sources in its hover; with `collectives`, bars "<stage> collectives on <link>".
 
     Raises:
         ConfigError: `hardware` lists no matmul rate for the steps' dtype nor a wider format (left to
@@ -106,12 +108,13 @@ def roofline_figure(stages: list[StepCosts], hardware: Hardware, step: int, meas
     data, notes = _roof_traces(roofs, swept)
     for costs, roofline in zip(stages, rooflines, strict=True):
         data += _stage_traces(costs, roofline, roofs, cells[1, 2], measured, measured_roofs)
+    data += [{**collectives_trace(c.step.stage, sent), **cells[1, 2]} for c, sent in zip(stages, collectives or ())]
     layout["annotations"] += notes + roof_labels(hardware, roofs.corners, roofs.peak_dtype, roofs.scale, roofs.unit)
     layout["annotations"].append(conventions_note(stages[-1], hardware, roofs.peak_dtype, measured_roofs))
     _axes_and_legend(layout, roofs, stages if measured else [])
     fig = go.Figure(data=data, layout=layout)
     own = [_on(hardware, c) for c in executed or []]
-    return _titled(fig, step, _conclusion(rooflines, own, changes or []))
+    return _titled(fig, step, _conclusion(rooflines, own, changes or [], collectives or []))
 
 
 @dataclass(frozen=True)
@@ -251,13 +254,21 @@ def _titled(fig: go.Figure, step: int, title: str) -> go.Figure:
                              "y": 1 - (TITLE_TOP_PX + TITLE_ASCENT_PX) / 600})
 
 
-def _conclusion(rooflines: list[StepRoofline], executed: list[StepRoofline], changes: list[str]) -> str:
+def _conclusion(rooflines: list[StepRoofline], executed: list[StepRoofline], changes: list[str],
+                collectives: list[StepCollectives]) -> str:
     """The title: per stage, decode first, the time lower bound, the tokens/s it allows and the
-    shares of attention and of weight GEMMs in it; with a what-if, a first line of what changed
-    and the steps as they ran beside it."""
+    shares of attention and of weight GEMMs in it (with `collectives`, one rank's operators, then a
+    line of the collectives' time and share of each step); with a what-if, a first line of what
+    changed and the steps as they ran beside it."""
     parts = [f"{r.step.stage} ≥ {duration(r.time_lower_bound_s)} (≤ {r.tokens_per_s:,.0f} tokens/s), "
              f"{r.memory_bound_fraction:.0%} memory-bound; attention {r.attention_fraction:.0%}, "
              f"weight GEMMs {r.weight_gemm_fraction:.0%} of it" for r in reversed(rooflines)]
+    if collectives:
+        shares = [f"{r.step.stage} + {duration(sent.seconds)} "
+                  f"({sent.seconds / (sent.seconds + r.time_lower_bound_s):.0%} of the step, "
+                  f"all-reduces {sent.all_reduce.bound}-bound)"
+                  for r, sent in zip(reversed(rooflines), reversed(collectives), strict=True)]
+        parts.append(f"Collectives on {collectives[0].link.name}: " + ", ".join(shares))
     if not executed:
         return "Time lower bound: " + "<br>".join(parts)
     was = [f"{r.step.stage} ×{r.time_lower_bound_s / own.time_lower_bound_s:.3g} (attention {own.attention_fraction:.0%}"

@@ -12,6 +12,7 @@ from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import StepCosts
 from explorer.analysis.records import OpCost
 from explorer.analysis.roofline import RooflinePoint, StepRoofline
+from explorer.analysis.tensor_parallel import StepCollectives
 from explorer.figures.theme import DECODE_COLOUR, PREFILL_COLOUR, plain_label, si_text
 
 STAGE_COLOURS = {"prefill": PREFILL_COLOUR, "decode": DECODE_COLOUR}
@@ -108,6 +109,24 @@ def time_trace(roofline: StepRoofline) -> dict:
         "x": np.array([p.time_lower_bound_s * 1e6 for p in points], np.float32),
         "marker": {"color": STAGE_COLOURS[stage]}, "customdata": [p.bound for p in points], "showlegend": False,
         "hovertemplate": "%{y} (" + stage + "): %{x:.3g} µs, %{customdata}-bound<extra></extra>",
+    }
+
+
+def collectives_trace(stage: str, collectives: StepCollectives) -> dict:
+    """A bar trace dict (horizontal, placed by the caller): the step's 2L + 1 all-reduces together and
+    the logits' all-gather on the link, in µs (float32), named on the y axis beside the operators;
+    the hover says each one's size, time and whether latency or bandwidth bounds it."""
+    reduce, gather, count = collectives.all_reduce, collectives.gather, collectives.all_reduces
+    ranks = reduce.ranks
+    rows = ((f"all-reduce ×{count} (TP {ranks})", reduce, count), (f"all-gather of logits (TP {ranks})", gather, 1))
+    return {
+        "type": "bar", "name": f"{stage} collectives on {collectives.link.key}", "orientation": "h",
+        "y": [label for label, _, _ in rows],
+        "x": np.array([n * c.seconds * 1e6 for _, c, n in rows], np.float32),
+        "marker": {"color": STAGE_COLOURS[stage], "pattern": {"shape": "/"}},
+        "hovertext": [f"{label} ({stage}) on {collectives.link.name}: {n} × {si_text(c.payload_bytes, 'B')}, "
+                      f"{duration(c.seconds)} each, {c.bound}-bound (computed)" for label, c, n in rows],
+        "hovertemplate": "%{hovertext}<extra></extra>",
     }
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from explorer.analysis.hardware import THIS_MACHINE, Hardware
+from explorer.analysis.hardware import THIS_MACHINE, Hardware, get_link
 from explorer.analysis.measured import scenario_costs, stop_costs, sweeps
 from explorer.analysis.pooling import stack_key_masses
 from explorer.analysis.sinks import first_token_column_sum
+from explorer.analysis.tensor_parallel import rank_spec, step_collectives
 from explorer.figures.attention import pooling_factor, stack_attention, stack_rows, zoom_window
 from explorer.figures.sampling import same_sampling
 from explorer.figures.view_types import (
@@ -80,7 +81,8 @@ def roofline_data(run: Run, sources: ViewSources, options: ViewOptions) -> Roofl
     belong on it.
 
     Raises:
-        ConfigError: the roofline's machine is unknown.
+        ConfigError: the roofline's machine or the what-if's link is unknown, or its TP degree does not
+            divide the query heads, the KV heads or d_ff (named).
     """
     if run.spec is None:
         return RooflineData(run)
@@ -89,11 +91,14 @@ def roofline_data(run: Run, sources: ViewSources, options: ViewOptions) -> Roofl
     measured = _measured_on(shown.device, options.hardware, sources.saved, services)
     # a datasheet entry of the GPU the steps run on: its roofs as measured here beside them
     measured_roofs = services.measured_roofs(shown.device) if measured and options.hardware != THIS_MACHINE else None
-    costs = tuple(scenario_costs(run.spec, own, scenario) for own in executed) if scenario.active else executed
+    shard = rank_spec(run.spec, scenario.ranks)  # one rank's operators under tensor parallelism
+    costs = tuple(scenario_costs(shard, own, scenario) for own in executed) if scenario.active else executed
+    link, ranks = get_link(scenario.link_name), scenario.ranks
+    collectives = tuple(step_collectives(run.spec, c.step, c.options, link, ranks) for c in costs) if ranks > 1 else ()
     return RooflineData(run, costs=costs, executed=executed if scenario.active else (),
-                        sweeps=sweeps(run.spec, executed[-1], scenario, run.spec.context_window or 4096),
+                        sweeps=sweeps(shard, executed[-1], scenario, run.spec.context_window or 4096),
                         hardware=roofline_machine(run, options.hardware, services, sources.saved),
-                        measured=measured, measured_roofs=measured_roofs)
+                        measured=measured, measured_roofs=measured_roofs, collectives=collectives)
 
 
 def lens_data(run: Run, sources: ViewSources, options: ViewOptions) -> LensData:

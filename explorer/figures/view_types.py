@@ -17,6 +17,7 @@ from explorer.analysis.hardware import Hardware
 from explorer.analysis.measured import Scenario, StepCosts
 from explorer.analysis.records import OpCost
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
+from explorer.analysis.tensor_parallel import StepCollectives
 from explorer.config import SamplingSettings
 from explorer.run import AttentionSource, Run
 from explorer.trace import LensRecord, SamplingRecord, StepTrace
@@ -170,6 +171,8 @@ class RooflineData(RunData):
         measured: the steps ran on `hardware`, so their measured points belong on it.
         measured_roofs: where `hardware` is the datasheet entry of the device the steps ran on: that
             device's roofs as the probe measured them, drawn beside the datasheet's.
+        collectives: with a tensor-parallel what-if, each step's collectives on its link (`costs` are
+            then one rank's); empty on one device.
     """
 
     costs: tuple[StepCosts, ...] = ()
@@ -178,6 +181,7 @@ class RooflineData(RunData):
     hardware: Hardware | None = None
     measured: bool = False
     measured_roofs: Hardware | None = None
+    collectives: tuple[StepCollectives, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,7 @@ def fig_roofline(data: RooflineData, options: ViewOptions) -> go.Figure:
     return roofline_figure(list(data.costs), data.hardware, data.run.step(options.step).step_index,
                            measured=data.measured and not options.what_if.active, executed=list(data.executed),
                            changes=options.what_if.changes(), sweeps=data.sweeps,
-                           measured_roofs=data.measured_roofs)
+                           measured_roofs=data.measured_roofs, collectives=list(data.collectives))
 
 
 def fig_lens(data: LensData, options: ViewOptions) -> go.Figure:

@@ -4,7 +4,7 @@ the O and down projections by rows, so each layer needs two all-reduces of the [
 step; the embedding is split by vocabulary rows (one more all-reduce of its [B, T, d] lookups) and the
 LM head by vocabulary (one all-gather of the [B, T, V / R] logits). The result of running it over R
 processes (`explorer.runner.lab.tensor`), the check that R divides every split (made before any process
-starts), its lines for the CLI and its lesson text.
+starts: `explorer.analysis.tensor_parallel.check_ranks_divide`), its lines for the CLI and its lesson text.
 """
 
 from __future__ import annotations
@@ -12,12 +12,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from explorer.errors import ConfigError
+from explorer.analysis.tensor_parallel import ALL_REDUCES_PER_LAYER, EMBEDDING_ALL_REDUCES
 from explorer.figures.theme import si_text
 from explorer.lab.prefix import shape_text
 
-ALL_REDUCES_PER_LAYER = 2  # after the O projection, after the down projection
-EMBEDDING_ALL_REDUCES = 1  # after the vocabulary-parallel embedding's lookups
 LOGITS_GATHER = "all_gather_into_tensor"  # the vocabulary-parallel LM head's logits, gathered
 # The stops of a Llama-style layer each rank records: (module under the layer, its input or output,
 # name, whether tensor parallelism splits it across the ranks)
@@ -33,36 +31,6 @@ STOPS = (
     ("mlp.down_proj", "in", "down_proj in", True),
     ("mlp.down_proj", "out", "down out, all-reduced", False),
 )
-
-
-def split_dims(config: dict) -> dict[str, int]:
-    """The sizes tensor parallelism splits across the ranks, by name, from a transformers config.
-
-    Returns:
-        {"query heads h_q": .., "KV heads h_kv": .., "MLP width d_ff": ..}.
-    """
-    heads = int(config["num_attention_heads"])
-    return {"query heads h_q": heads, "KV heads h_kv": int(config.get("num_key_value_heads") or heads),
-            "MLP width d_ff": int(config["intermediate_size"])}
-
-
-def check_ranks_divide(config: dict, ranks: int, most: int = 8) -> None:
-    """Refuse an R that does not divide every split, naming the dimensions it fails and the R that work.
-
-    Raises:
-        ConfigError: R below 1, or a dimension of `split_dims` that R does not divide.
-    """
-    if ranks < 1:
-        raise ConfigError(f"Tensor parallelism needs at least one rank, not R = {ranks}.")
-    dims = split_dims(config)
-    failing = [f"the {name} ({size})" for name, size in dims.items() if size % ranks]
-    if not failing:
-        return
-    working = [str(r) for r in range(1, most + 1) if all(size % r == 0 for size in dims.values())]
-    raise ConfigError(
-        f"Tensor parallelism over R = {ranks} ranks splits the query heads, the KV heads and the MLP's d_ff "
-        f"across them, so R must divide each: {ranks} does not divide {' nor '.join(failing)}. "
-        f"On this model R can be {', '.join(working)}.")
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import gradio as gr
 from starlette.middleware import Middleware
 
-from explorer.analysis.hardware import THIS_MACHINE, get_hardware, hardware_names
+from explorer.analysis.hardware import THIS_MACHINE, get_hardware, hardware_names, link_names
 from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.analysis.sinks import DEFAULT_SINK_THRESHOLD
@@ -65,7 +65,8 @@ THIS_MACHINE_LABEL = "This machine (measured)"
 # the what-if counts' menus: a few sizes, and any count typed
 WHAT_IF_COUNTS = {"wi_batch": ("batch B", "what-if-batch", (1, 8, 64, 256, MAX_WHAT_IF_BATCH)),
                   "wi_context": ("decode n", "what-if-context", (256, 1024, 4096, 8192)),
-                  "wi_tokens": ("prefill T", "what-if-tokens", (128, 512, 2048, 8192))}
+                  "wi_tokens": ("prefill T", "what-if-tokens", (128, 512, 2048, 8192)),
+                  "wi_tp": ("tensor-parallel R", "what-if-tp", (2, 3, 4, 8))}
 EXAMPLE_FIELDS = ("prompt", "do_sample", "temperature", "top_k", "top_p", "min_p", "seed")
 
 
@@ -367,7 +368,8 @@ def _what_if_controls() -> dict[str, gr.components.Component]:
     """The roofline's what-ifs, by name (`WHAT_IF_FIELDS`), in the settings (the figure keeps the
     screen): "as run" is the step's own."""
     formats = [AS_RUN, *DTYPE_BITS]
-    with gr.Accordion("Roofline what-ifs: batch, context, formats (no model run)", open=True, elem_id="what-if"):
+    with gr.Accordion("Roofline what-ifs: batch, context, formats, tensor parallelism (no model run)", open=True,
+                      elem_id="what-if"):
         with gr.Row():
             # menus: "as run" reads as such (an empty number box showed 0); a count may be typed
             controls = {name: gr.Dropdown([AS_RUN, *map(str, counts)], value=AS_RUN, label=label, elem_id=elem_id,
@@ -377,6 +379,9 @@ def _what_if_controls() -> dict[str, gr.components.Component]:
             for name, label in (("weights", "weights"), ("activations", "activations"), ("kv", "KV cache")):
                 controls[f"wi_{name}"] = gr.Dropdown(formats, value=AS_RUN, label=label, elem_id=f"what-if-{name}",
                                                      min_width=90, scale=1)
+            # the link between the ranks of the tensor-parallel R (`explorer.analysis.hardware_catalogue.LINKS`)
+            controls["wi_link"] = gr.Dropdown(link_names(), value="nvlink4", label="TP link", elem_id="what-if-link",
+                                              min_width=90, scale=1)
         controls["wi_merged"] = gr.Checkbox(False, label="merged q/k/v and gate/up (as engines run them)",
                                             elem_id="what-if-merged")
         controls["wi_fused"] = gr.Checkbox(False, label="fused attention (FlashAttention)", elem_id="what-if-fused")

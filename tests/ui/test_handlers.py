@@ -368,6 +368,18 @@ def test_a_what_if_past_the_context_window_is_a_toast(served, context, tokens):
                                    "as run", False, False, False)
 
 
+def test_a_tp_degree_that_does_not_divide_is_a_toast_naming_the_dimension(served):
+    """The tiny model's d_ff is 37: R = 2 splits its 6 query and 2 KV heads but not d_ff, and the
+    what-if's TP menu says so (as the CLI does); R = 1 on any link draws the run as it ran."""
+    visit, *_ = prefill(served)
+    keep = ("as run",) * 6 + (False,) * 3
+    with pytest.raises(gr.Error, match=r"2 does not divide the MLP width d_ff \(37\)"):
+        handlers.on_what_if_change(visit, 0, "h100-sxm", False, *keep, "2", "nvlink4")
+    scenario, figure = handlers.on_what_if_change(visit, 0, "h100-sxm", False, *keep, "as run", "pcie5")
+    assert not scenario.active and figure.layout.title.text.startswith("Time lower bound: prefill ≥ ")
+    assert not [trace for trace in figure.data if "collectives" in trace.name]
+
+
 def test_the_what_if_menus_read_as_run_and_take_typed_counts():
     """The count menus send their text: "as run" (and an empty box) is the step's own, a typed number
     its count, anything else a clear message (a toast), as is a batch past the app's cap."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from explorer.errors import ConfigError
-from explorer.lab.tensor import check_ranks_divide, split_dims
+from explorer.analysis.tensor_parallel import check_ranks_divide, split_dims
 
 SMOLLM2 = {"num_attention_heads": 9, "num_key_value_heads": 3, "intermediate_size": 1536, "hidden_size": 576}
 

@@ -22,7 +22,6 @@ from explorer.runner.lab.common import check_runnable, forward, pieces
 from explorer.runner.lab.experts_rank import run_rank
 from explorer.runner.lab.processes import (
     COLLECTIVE_TIMEOUT_S,
-    RUN_TIMEOUT_S,
     free_loopback_port,
     reference_tokens,
     save_model,
@@ -54,7 +53,7 @@ def run_experts(loaded: LoadedModel, prompt_ids: list[int], ranks: int = 2, toke
         PromptError: no prompt, or one too long.
         ConfigError: an R that does not divide E (before any process starts).
         ExplorerError: a rank that failed or died mid-run (the others are stopped), or a run past
-            `RUN_TIMEOUT_S`.
+            `processes.RUN_TIMEOUT_S`.
     """
     check_runnable(loaded, prompt_ids)
     random_weights = not traced_family(loaded.model.config.model_type).moe

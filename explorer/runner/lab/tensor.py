@@ -11,8 +11,9 @@ from pathlib import Path
 
 import torch
 
+from explorer.analysis.tensor_parallel import check_ranks_divide, split_dims
 from explorer.errors import ConfigError
-from explorer.lab.tensor import Collective, RankRun, TensorParallelResult, check_ranks_divide, split_dims
+from explorer.lab.tensor import Collective, RankRun, TensorParallelResult
 from explorer.runner.lab.common import check_runnable, forward, passes_on, pieces
 from explorer.runner.lab.processes import (
     COLLECTIVE_TIMEOUT_S,
@@ -23,7 +24,6 @@ from explorer.runner.lab.processes import (
 )
 from explorer.runner.lab.tensor_rank import run_rank
 from explorer.runner.loaded import LoadedModel
-from explorer.runner.passes import model_pass
 
 STYLES = {"colwise", "rowwise"}
 

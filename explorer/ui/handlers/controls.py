@@ -12,6 +12,7 @@ import math
 from dataclasses import astuple, dataclass, fields
 from typing import TYPE_CHECKING
 
+from explorer.analysis.hardware import link_names
 from explorer.analysis.measured import Scenario
 from explorer.analysis.precision import DTYPE_BITS
 from explorer.config import SamplingSettings
@@ -110,7 +111,7 @@ AS_RUN = "as run"  # a what-if that keeps the step's own count or format
 MAX_WHAT_IF_BATCH = 1024  # the largest batch a what-if takes
 # the roofline's what-if controls, in `scenario_from` order
 WHAT_IF_FIELDS = ("wi_batch", "wi_context", "wi_tokens", "wi_weights", "wi_activations", "wi_kv", "wi_merged",
-                  "wi_fused", "wi_lm_head_all")
+                  "wi_fused", "wi_lm_head_all", "wi_tp", "wi_link")
 
 
 def split_controls(values: tuple) -> tuple[SamplingControls, ViewControls]:
@@ -138,9 +139,10 @@ def prompt_lines(prompt: str | None) -> list[str]:
 
 def scenario_from(batch: float | str | None, context: float | str | None, tokens: float | str | None,
                   weights: str | None, activations: str | None, kv: str | None, merged: bool, fused: bool,
-                  lm_head_all: bool) -> Scenario:
+                  lm_head_all: bool, tp: float | str | None = None, link: str | None = None) -> Scenario:
     """The what-if controls as a `Scenario`: a count that is empty, "as run" (or not a whole number
-    >= 1) and a format "as run" keep the step's own; a count's menu takes a typed number too.
+    >= 1) and a format "as run" keep the step's own; a count's menu takes a typed number too; the TP
+    degree R likewise (empty or 1: one device), its link a name of `link_names` (else NVLink 4).
 
     Raises:
         ConfigError: a count typed that is not a number, or a batch over `MAX_WHAT_IF_BATCH`.
@@ -152,7 +154,8 @@ def scenario_from(batch: float | str | None, context: float | str | None, tokens
     if sequences is not None and sequences > MAX_WHAT_IF_BATCH:
         raise ConfigError(f"The what-if batch B is at most {MAX_WHAT_IF_BATCH} sequences here, not {sequences}.")
     return Scenario(sequences, what_if_count(context, "decode n"), what_if_count(tokens, "prefill T"), fmt(weights),
-                    fmt(activations), fmt(kv), bool(merged), bool(fused), bool(lm_head_all))
+                    fmt(activations), fmt(kv), bool(merged), bool(fused), bool(lm_head_all),
+                    what_if_count(tp, "TP degree R"), link if link in link_names() else None)
 
 
 def what_if_count(value: float | str | None, name: str) -> int | None:
