@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-
-import torch
+from typing import TYPE_CHECKING
 
 from explorer.errors import ConfigError
 from explorer.figures.theme import si_text
 from explorer.lab.prefix import shape_text
+
+if TYPE_CHECKING:  # the app's modules import no torch (the page does not wait for it)
+    import torch
 
 MICRO_BATCH_ROWS = 1  # B_micro: each micro-batch is one request (the prompt), [1, T] ids
 MAX_MICROBATCHES = 16
