@@ -127,7 +127,7 @@ def warm_up_collectives(world: int) -> None:
     measured collective of each kind does not carry the time the ranks take to meet (one loads its
     model later than another) nor gloo's first-call set-up."""
     dist.all_reduce(torch.zeros(1))
-    dist.all_gather_into_tensor(torch.zeros(world), torch.zeros(1))
+    dist.all_gather_single(torch.zeros(world), torch.zeros(1))
     dist.all_to_all_single(torch.zeros(world), torch.zeros(world))
 
 
