@@ -31,9 +31,10 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     Returns:
         [T, V] float64, each row's exp summing to 1.
     """
-    shifted = np.asarray(logits, dtype=np.float64)
-    shifted = shifted - shifted.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    shifted = np.array(logits, dtype=np.float64)  # a copy, then worked on in place (a [T, V] float64 is large)
+    shifted -= shifted.max(axis=-1, keepdims=True)
+    shifted -= np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    return shifted
 
 
 def kl_per_position(reference: np.ndarray, variant: np.ndarray) -> np.ndarray:
@@ -45,8 +46,10 @@ def kl_per_position(reference: np.ndarray, variant: np.ndarray) -> np.ndarray:
     Returns:
         [T] float64, >= 0 (0 where the distributions are equal).
     """
-    log_ref, log_var = log_softmax(reference), log_softmax(variant)
-    return np.maximum((np.exp(log_ref) * (log_ref - log_var)).sum(axis=-1), 0.0)
+    log_ref, terms = log_softmax(reference), log_softmax(variant)
+    np.subtract(log_ref, terms, out=terms)  # log p_ref - log p_var, in place of log p_var
+    terms *= np.exp(log_ref, out=log_ref)
+    return np.maximum(terms.sum(axis=-1), 0.0)
 
 
 def top1_agreement(reference: np.ndarray, variant: np.ndarray) -> float:
@@ -117,7 +120,12 @@ class Fidelity:
 def fidelity(reference_prompt: np.ndarray, variant_prompt: np.ndarray, reference_text: np.ndarray,
              variant_text: np.ndarray, text_ids: list[int]) -> Fidelity:
     """The variant's distance from the reference on the prompt ([T_p, V] logits each) and on the shipped
-    text ([T_t, V] logits each, of the tokens `text_ids`)."""
+    text ([T_t, V] logits each, of the tokens `text_ids`). The reference against its own logits (the same
+    arrays) is at distance 0 by definition: only its perplexity is computed."""
+    if variant_prompt is reference_prompt and variant_text is reference_text:
+        return Fidelity(prompt_kl=(0.0,) * len(reference_prompt), prompt_top1=1.0, prompt_max_abs_diff=0.0,
+                        text_kl_mean=0.0, text_kl_max=0.0, text_top1=1.0, text_max_abs_diff=0.0,
+                        text_perplexity=perplexity(reference_text, text_ids))
     text_kl = kl_per_position(reference_text, variant_text)
     return Fidelity(
         prompt_kl=tuple(float(kl) for kl in kl_per_position(reference_prompt, variant_prompt)),

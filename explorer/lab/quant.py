@@ -51,7 +51,8 @@ def quantize(weight: np.ndarray, bits: int, group_size: int) -> tuple[np.ndarray
     scales = np.where(amax > 0, amax / qmax, 1.0).astype(np.float16)
     scales = np.where(scales.astype(np.float32) * qmax < amax, np.nextafter(scales, np.float16(np.inf)), scales)
     scales = scales.astype(np.float32)
-    codes = np.clip(np.rint(groups / scales[..., None]), -qmax, qmax).astype(np.int8)
+    steps = np.divide(groups, scales[..., None], out=groups)  # w / s, in place of the padded copy
+    codes = np.clip(np.rint(steps, out=steps), -qmax, qmax, out=steps).astype(np.int8)
     return codes.reshape(weight.shape[0], -1)[:, :weight.shape[1]], scales
 
 

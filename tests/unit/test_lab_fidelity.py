@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from explorer.lab.fidelity import (
+    fidelity,
     first_divergence,
     kl_per_position,
     max_abs_diff,
@@ -83,3 +84,13 @@ def test_the_lossy_figure_writes_bytes_in_units_not_scientific_notation():
     texts = [text for trace in fig.data for text in trace.text]
     assert "46.1 kB" in texts and "11.8 kB" in texts and "2,500" in texts
     assert not any("e+" in text for text in texts)
+
+
+def test_the_reference_against_its_own_logits_is_at_distance_zero_as_computed(logits):
+    reference, _ = logits
+    prompt, text = reference[:3], reference[3:]
+    text_ids = [5, 17, 2, 40]
+    given = fidelity(prompt, prompt, text, text, text_ids)  # the same arrays: not computed
+    computed = fidelity(prompt, prompt.copy(), text, text.copy(), text_ids)  # equal copies: computed
+    assert given == computed and given.prompt_kl == (0.0,) * 3 and given.text_top1 == 1.0
+    assert given.text_perplexity == perplexity(text, text_ids) > 1

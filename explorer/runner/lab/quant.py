@@ -97,7 +97,8 @@ def _load_quantized(originals, copies, bits: int, group: int) -> tuple[float, fl
         codes, scales = quantize(weight, bits, group)
         restored = dequantize(codes, scales, group)
         half_steps = np.repeat(scales, min(group, weight.shape[1]), axis=1)[:, :weight.shape[1]] / 2
-        worst = max(worst, float((np.abs(weight - restored) / half_steps).max()))
+        error = np.abs(weight - restored)
+        worst = max(worst, float(np.divide(error, half_steps, out=error).max()))
         stored += stored_bytes(weight.shape, bits, group)
         restored = restored.T if _transposed(original) else restored
         target.weight.copy_(torch.from_numpy(np.ascontiguousarray(restored)).to(target.weight.dtype))
