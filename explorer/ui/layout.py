@@ -172,7 +172,7 @@ def _step_buttons(limits: Limits) -> dict[str, gr.components.Component]:
 def _step_row(facts: ModelFacts) -> dict[str, gr.components.Component]:
     """The step shown, the layer and the generated text, above the views."""
     with gr.Row(elem_id="step-row"):
-        step = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True, scale=1, min_width=160)
+        step = gr.Dropdown([], label="Step shown", elem_id="step-select", interactive=True, scale=1, min_width=200)
         # its range once the start-up model is loaded (a placeholder, not movable, until then)
         layer = gr.Slider(0, (facts.num_layers or 2) - 1, 0, step=1, precision=0, label="Layer", elem_id="layer-slider", scale=1,
                           min_width=200, interactive=facts.num_layers is not None)
@@ -373,15 +373,15 @@ def _what_if_controls() -> dict[str, gr.components.Component]:
         with gr.Row():
             # menus: "as run" reads as such (an empty number box showed 0); a count may be typed
             controls = {name: gr.Dropdown([AS_RUN, *map(str, counts)], value=AS_RUN, label=label, elem_id=elem_id,
-                                          allow_custom_value=True, min_width=90, scale=1)
+                                          allow_custom_value=True, min_width=120, scale=1)
                         for name, (label, elem_id, counts) in WHAT_IF_COUNTS.items()}
         with gr.Row():
             for name, label in (("weights", "weights"), ("activations", "activations"), ("kv", "KV cache")):
                 controls[f"wi_{name}"] = gr.Dropdown(formats, value=AS_RUN, label=label, elem_id=f"what-if-{name}",
-                                                     min_width=90, scale=1)
+                                                     min_width=120, scale=1)
             # the link between the ranks of the tensor-parallel R (`explorer.analysis.hardware_catalogue.LINKS`)
             controls["wi_link"] = gr.Dropdown(link_names(), value="nvlink4", label="TP link", elem_id="what-if-link",
-                                              min_width=90, scale=1)
+                                              min_width=120, scale=1)
         controls["wi_merged"] = gr.Checkbox(False, label="merged q/k/v and gate/up (as engines run them)",
                                             elem_id="what-if-merged")
         controls["wi_fused"] = gr.Checkbox(False, label="fused attention (FlashAttention)", elem_id="what-if-fused")

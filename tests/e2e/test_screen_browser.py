@@ -430,3 +430,31 @@ def test_a_zoom_is_kept_when_the_next_step_redraws_the_figure(open_app):
     page.wait_for_function(f"r => document.querySelector('{plot}').layout.uirevision !== r", arg=revision)
     page.wait_for_timeout(300)  # kept: a zoom set again would come right after the redraw; nothing signals its absence
     assert page.locator(plot).evaluate("g => g._fullLayout.xaxis2.autorange") is True
+
+
+# each menu's value against its arrow: the text's right edge (the input's own font, measured on a canvas)
+MENU_TEXT = """(selector) => [...document.querySelectorAll(selector)].map((block) => {
+  const input = block.querySelector('input'), arrow = block.querySelector('.icon-wrap');
+  const style = getComputedStyle(input), canvas = document.createElement('canvas').getContext('2d');
+  canvas.font = style.font;
+  const left = input.getBoundingClientRect().left + parseFloat(style.paddingLeft);
+  return {id: block.id, value: input.value, text_right: left + canvas.measureText(input.value).width,
+          arrow_left: arrow ? arrow.getBoundingClientRect().left : Infinity};
+})"""
+
+
+def test_every_menu_reads_whole_beside_its_arrow_with_the_settings_open(open_app):
+    from playwright.sync_api import expect
+
+    page = open_app(1280, 720)
+    page.locator("#prompt-box textarea").fill("Hi")
+    page.locator("#prefill-btn").click()
+    expect(page.locator("#status")).to_contain_text("prefill:")
+    open_settings(page)
+    page.locator("#what-if").scroll_into_view_if_needed()
+    ids = ["step-select", *(f"what-if-{name}" for name in ("batch", "context", "tokens", "tp", "weights",
+                                                            "activations", "kv", "link"))]
+    menus = page.evaluate(MENU_TEXT, ", ".join(f"#{id_}" for id_ in ids))
+    assert sorted(menu["id"] for menu in menus) == sorted(ids), menus
+    for menu in menus:  # "prefill", "as run", "nvlink4": none under its arrow
+        assert menu["value"] and menu["text_right"] <= menu["arrow_left"], menu
