@@ -46,10 +46,14 @@ def kl_per_position(reference: np.ndarray, variant: np.ndarray) -> np.ndarray:
     Returns:
         [T] float64, >= 0 (0 where the distributions are equal).
     """
-    log_ref, terms = log_softmax(reference), log_softmax(variant)
-    np.subtract(log_ref, terms, out=terms)  # log p_ref - log p_var, in place of log p_var
-    terms *= np.exp(log_ref, out=log_ref)
-    return np.maximum(terms.sum(axis=-1), 0.0)
+    return _kl(log_softmax(reference), log_softmax(variant))
+
+
+def _kl(log_ref: np.ndarray, log_var: np.ndarray) -> np.ndarray:
+    """`kl_per_position` from the two [T, V] float64 log-probabilities, which it overwrites."""
+    np.subtract(log_ref, log_var, out=log_var)  # log p_ref - log p_var, in place of log p_var
+    log_var *= np.exp(log_ref, out=log_ref)
+    return np.maximum(log_var.sum(axis=-1), 0.0)
 
 
 def top1_agreement(reference: np.ndarray, variant: np.ndarray) -> float:
@@ -75,10 +79,18 @@ def perplexity(logits: np.ndarray, tokens: list[int] | np.ndarray) -> float:
     Raises:
         ValueError: fewer than 2 tokens, or logits not one row per token.
     """
-    tokens = np.asarray(tokens)
+    _check_rows(logits, tokens)
+    return _perplexity(log_softmax(logits[:-1]), tokens)
+
+
+def _check_rows(logits: np.ndarray, tokens: list[int] | np.ndarray) -> None:
     if len(tokens) < 2 or logits.shape[0] != len(tokens):
         raise ValueError(f"perplexity needs >= 2 tokens and one logits row each: {logits.shape} for {len(tokens)}.")
-    log_probs = log_softmax(logits[:-1])
+
+
+def _perplexity(log_probs: np.ndarray, tokens: list[int] | np.ndarray) -> float:
+    """`perplexity` from the log-probabilities of positions 0..T-2 ([T - 1, V] or more rows)."""
+    tokens = np.asarray(tokens)
     nll = -log_probs[np.arange(len(tokens) - 1), tokens[1:]]
     return float(np.exp(nll.mean()))
 
@@ -126,7 +138,10 @@ def fidelity(reference_prompt: np.ndarray, variant_prompt: np.ndarray, reference
         return Fidelity(prompt_kl=(0.0,) * len(reference_prompt), prompt_top1=1.0, prompt_max_abs_diff=0.0,
                         text_kl_mean=0.0, text_kl_max=0.0, text_top1=1.0, text_max_abs_diff=0.0,
                         text_perplexity=perplexity(reference_text, text_ids))
-    text_kl = kl_per_position(reference_text, variant_text)
+    _check_rows(variant_text, text_ids)
+    log_variant_text = log_softmax(variant_text)  # one log-softmax for the perplexity and the KL
+    text_perplexity = _perplexity(log_variant_text, text_ids)  # before the KL overwrites it
+    text_kl = _kl(log_softmax(reference_text), log_variant_text)
     return Fidelity(
         prompt_kl=tuple(float(kl) for kl in kl_per_position(reference_prompt, variant_prompt)),
         prompt_top1=top1_agreement(reference_prompt, variant_prompt),
@@ -134,7 +149,7 @@ def fidelity(reference_prompt: np.ndarray, variant_prompt: np.ndarray, reference
         text_kl_mean=float(text_kl.mean()), text_kl_max=float(text_kl.max()),
         text_top1=top1_agreement(reference_text, variant_text),
         text_max_abs_diff=max_abs_diff(reference_text, variant_text),
-        text_perplexity=perplexity(variant_text, text_ids))
+        text_perplexity=text_perplexity)
 
 
 @dataclass(frozen=True)
