@@ -49,3 +49,11 @@ def listening(port: int) -> list:
     """The TCP sockets listening on `port` now."""
     return [c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
             and c.status == psutil.CONN_LISTEN]
+
+
+def recorded_ports(monkeypatch, runner) -> list[int]:
+    """The loopback ports `runner` (a lab runner's module) picks from now on, recorded as it picks them."""
+    ports: list[int] = []
+    real_port = runner.free_loopback_port
+    monkeypatch.setattr(runner, "free_loopback_port", lambda: ports.append(real_port()) or ports[-1])
+    return ports

@@ -10,12 +10,12 @@ lines for the CLI and its lesson text.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from explorer.errors import ConfigError
 from explorer.figures.theme import si_text
 from explorer.lab.prefix import shape_text
+from explorer.lab.ranks import slowest_decode_ms, slowest_step_ms
 
 EXCHANGES = ("dispatch", "combine", "gather")  # the collectives of a MoE layer, in order
 
@@ -213,15 +213,11 @@ class ExpertParallelResult:
 
     def step_time(self, step: int) -> tuple[float, float]:
         """(step `step`, its time in collectives), ms, the slowest rank's (measured)."""
-        return max((run.step_ms[step], run.comm_ms(step)) for run in self.runs)
+        return slowest_step_ms(self.runs, step)
 
     def decode_ms(self) -> tuple[float, float]:
         """(median decode step, median time in its collectives), ms, the slowest rank's (measured)."""
-        steps = range(1, len(self.runs[0].step_ms))
-        if not steps:
-            return float("nan"), float("nan")
-        return max((statistics.median(run.step_ms[s] for s in steps), statistics.median(run.comm_ms(s) for s in steps))
-                   for run in self.runs)
+        return slowest_decode_ms(self.runs)
 
     def model_text(self) -> str:
         """The model's name, with "random weights" where it is the tiny MoE built from a config."""

@@ -9,12 +9,12 @@ starts: `explorer.analysis.tensor_parallel.check_ranks_divide`), its lines for t
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 
 from explorer.analysis.tensor_parallel import ALL_REDUCES_PER_LAYER, EMBEDDING_ALL_REDUCES
 from explorer.figures.theme import si_text
 from explorer.lab.prefix import shape_text
+from explorer.lab.ranks import slowest_decode_ms, slowest_step_ms
 
 LOGITS_GATHER = "all_gather_into_tensor"  # the vocabulary-parallel LM head's logits, gathered
 # The stops of a Llama-style layer each rank records: (module under the layer, its input or output,
@@ -159,15 +159,11 @@ class TensorParallelResult:
 
     def decode_ms(self) -> tuple[float, float]:
         """(median decode step, median time in its collectives), ms, the slowest rank's (measured)."""
-        if len(self.runs[0].step_ms) < 2:
-            return float("nan"), float("nan")
-        per_rank = [(statistics.median(run.step_ms[1:]),
-                     statistics.median(run.comm_ms(step) for step in range(1, len(run.step_ms)))) for run in self.runs]
-        return max(per_rank)
+        return slowest_decode_ms(self.runs)
 
     def prefill_ms(self) -> tuple[float, float]:
         """(the prefill, its time in collectives), ms, the slowest rank's (measured)."""
-        return max((run.step_ms[0], run.comm_ms(0)) for run in self.runs)
+        return slowest_step_ms(self.runs, 0)
 
     def lines(self) -> list[str]:
         """The CLI's table."""

@@ -13,6 +13,7 @@ import os
 import psutil
 import pytest
 import torch
+from processes import children, listening, recorded_ports
 from tiny_models import tiny_model
 
 from explorer.errors import ConfigError, ExplorerError
@@ -38,11 +39,6 @@ def moe():
 def ids(moe):
     return moe.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
 
-
-def children() -> set[int]:
-    """The pids of this process's live descendants, less multiprocessing's resource tracker."""
-    return {child.pid for child in psutil.Process().children(recursive=True)
-            if child.is_running() and "resource_tracker" not in " ".join(child.cmdline())}
 
 
 @pytest.fixture(scope="module")
@@ -157,18 +153,13 @@ def test_an_r_that_does_not_divide_e_is_refused_before_any_process_starts(
 
 
 def test_a_rank_that_dies_mid_run_is_a_clear_error_and_leaves_nothing_behind(moe, ids, monkeypatch):
-    ports = []
-    real_port = experts_runner.free_loopback_port
-    monkeypatch.setattr(experts_runner, "free_loopback_port", lambda: ports.append(real_port()) or ports[-1])
+    ports = recorded_ports(monkeypatch, experts_runner)
     monkeypatch.setenv(FAIL_RANK_ENV, "1")  # rank 1 exits right after its prefill
     before = children()
     with pytest.raises(ExplorerError, match=r"Rank [01] of 2 stopped mid-run: .*no process of the run is left "
                                             rf"\(exit codes by rank: 0: -?\d+, 1: {FAIL_EXIT_CODE}\)"):
         run_experts(moe, ids, ranks=2, tokens=TOKENS)
-    assert children() - before == set()
-    listening = [c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == ports[0]
-                 and c.status == psutil.CONN_LISTEN]
-    assert listening == []
+    assert children() - before == set() and listening(ports[0]) == []
 
 
 def test_a_dense_model_runs_the_tiny_random_moe_labelled_so_and_one_rank_sends_nothing_off_rank(ids):

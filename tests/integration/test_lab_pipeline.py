@@ -15,7 +15,7 @@ from fractions import Fraction
 import psutil
 import pytest
 import torch
-from processes import children, listening
+from processes import children, listening, recorded_ports
 from tiny_models import tiny_model
 
 from explorer.errors import ConfigError, ExplorerError
@@ -138,9 +138,7 @@ def test_a_model_without_an_embedding_layers_and_norm_stack_is_refused_before_an
 
 
 def test_a_stage_that_dies_mid_run_is_a_clear_error_and_leaves_nothing_behind(llama, ids, monkeypatch):
-    ports = []
-    real_port = pipeline_runner.free_loopback_port
-    monkeypatch.setattr(pipeline_runner, "free_loopback_port", lambda: ports.append(real_port()) or ports[-1])
+    ports = recorded_ports(monkeypatch, pipeline_runner)
     monkeypatch.setenv(FAIL_STAGE_ENV, "1")  # stage 1 exits right after its first micro-batch
     before = children()
     with pytest.raises(ExplorerError, match=r"Stage [01] of 2 stopped mid-run: .*no process of the run is left "

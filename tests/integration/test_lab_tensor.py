@@ -12,7 +12,7 @@ import os
 import psutil
 import pytest
 import torch
-from processes import children, listening
+from processes import children, listening, recorded_ports
 from tiny_models import tiny_model
 
 from explorer.errors import ConfigError, ExplorerError
@@ -122,9 +122,7 @@ def test_an_r_that_does_not_divide_is_refused_before_any_process_starts(llama, i
 
 
 def test_a_rank_that_dies_mid_run_is_a_clear_error_and_leaves_nothing_behind(llama, ids, monkeypatch):
-    ports = []
-    real_port = tensor_runner.free_loopback_port
-    monkeypatch.setattr(tensor_runner, "free_loopback_port", lambda: ports.append(real_port()) or ports[-1])
+    ports = recorded_ports(monkeypatch, tensor_runner)
     monkeypatch.setenv(FAIL_RANK_ENV, "1")  # rank 1 exits right after its prefill
     before = children()
     with pytest.raises(ExplorerError, match=r"Rank [01] of 2 stopped mid-run: .*no process of the run is left "
